@@ -1,0 +1,142 @@
+"""Moving bytes: one file from a live tree to the store, or back, hashing as it goes.
+
+Owns reading sources safely (``O_NOFOLLOW``, ``O_NONBLOCK`` so a FIFO that
+appeared is never waited on, regular files only), the streaming copy with
+xxh3 hashing, and the checks around it: a file is copied up to the size seen
+when it was opened (a writer appending meanwhile is taken again next pass);
+a file that changed during the copy is published but not recorded as clean;
+a file whose content hash equals the published one is not copied at all.
+`OSError` on the source becomes `SourceError`; on the durable side,
+`DurableError`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+
+import attrs
+import xxhash
+
+from syncengine.errors import DurableError, SourceError, durable_error, source_error
+from syncengine.savefile import Staged
+from syncengine.store import Store
+
+CHUNK = 1 << 20
+_SOURCE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class Vanished(Exception):
+    """The source disappeared before it could be read: not an error (rsync exit 24)."""
+
+
+class NotRegular(Exception):
+    """The source is no longer a regular file (replaced by a FIFO, socket, directory)."""
+
+
+def open_source(path: str) -> tuple[int, os.stat_result]:
+    """Open a live file for reading; raise Vanished, NotRegular or SourceError."""
+    try:
+        fd = os.open(path, _SOURCE_FLAGS)
+    except FileNotFoundError as exc:
+        raise Vanished(path) from exc
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: it became a symlink
+            raise NotRegular(path) from exc
+        raise source_error("open", path, exc) from exc
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise NotRegular(path)
+    return fd, st
+
+
+def stream(src_fd: int, limit: int | None, sink: Callable[[memoryview], None] | None,
+           *, src_name: str, dst_name: str = "") -> tuple[int, int]:
+    """Read up to `limit` bytes (None: to EOF), feed `sink`; return (bytes, xxh3_64)."""
+    h = xxhash.xxh3_64()
+    size = CHUNK if limit is None else max(1, min(CHUNK, limit))
+    buf = bytearray(size)
+    view = memoryview(buf)
+    total = 0
+    while limit is None or total < limit:
+        want = size if limit is None else min(size, limit - total)
+        try:
+            n = os.readv(src_fd, [view[:want]])
+        except OSError as exc:
+            raise source_error("read", src_name, exc) from exc
+        if n == 0:
+            break
+        chunk = view[:n]
+        h.update(chunk)
+        if sink is not None:
+            try:
+                sink(chunk)
+            except OSError as exc:
+                raise durable_error("write", dst_name, exc) from exc
+        total += n
+    return total, h.intdigest()
+
+
+def link_hash(target: str) -> int:
+    """The hash recorded for a symlink: xxh3_64 of its target."""
+    return int(xxhash.xxh3_64_intdigest(os.fsencode(target)))
+
+
+def hash_file(fd: int, limit: int | None, *, name: str) -> int:
+    """xxh3_64 of the first `limit` bytes of an open file (from offset 0)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    return stream(fd, limit, None, src_name=name)[1]
+
+
+@attrs.frozen
+class Copied:
+    """What one upload did."""
+
+    published: bool  # False: content equal to the published copy, nothing written
+    size: int
+    hash64: int
+    mode: int
+    mtime_ns: int
+    stat_before: tuple[int, int, int]
+    raced: bool  # the file changed while it was read: do not record it as clean
+
+
+def _sig(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def upload(store: Store, live_root: str, relpath: str, *, known_hash: int | None,
+           known_size: int | None) -> Copied:
+    """Publish one live file to the store unless its content is already there."""
+    src = f"{live_root}/{relpath}"
+    fd, st = open_source(src)
+    try:
+        if known_hash is not None and known_size == st.st_size:
+            if hash_file(fd, st.st_size, name=src) == known_hash:
+                after = os.fstat(fd)
+                return Copied(False, st.st_size, known_hash, st.st_mode, st.st_mtime_ns,
+                              _sig(st), raced=_sig(after) != _sig(st))
+            os.lseek(fd, 0, os.SEEK_SET)
+        with store.staged(st.st_mode) as tmp:
+            size, h = stream(fd, st.st_size, tmp.write, src_name=src,
+                             dst_name=f"{store.root}/{relpath}")
+            _close(tmp, st, store, relpath)
+            store.publish(tmp, relpath)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    raced = size != st.st_size or _sig(after) != _sig(st)
+    return Copied(True, size, h, st.st_mode, st.st_mtime_ns, _sig(st), raced=raced)
+
+
+def _close(tmp: Staged, st: os.stat_result, store: Store, relpath: str) -> None:
+    try:
+        tmp.close(mode=st.st_mode, mtime_ns=st.st_mtime_ns)
+    except OSError as exc:  # closing is the commit on an object-store mount
+        raise durable_error("close (commit)", f"{store.root}/{relpath}", exc) from exc
+
+
+__all__ = ["Copied", "DurableError", "NotRegular", "SourceError", "Vanished", "hash_file",
+           "link_hash", "open_source", "stream", "upload"]

@@ -1,0 +1,83 @@
+"""The exception hierarchy: one root, subclasses split by consequence.
+
+Owns the mapping from a failure to what happens next and to the process exit
+code.  A usage or configuration problem stops before any work (exit 2); a
+problem with one source file is reported and the run goes on, ending
+"incomplete" (exit 1); a problem with the durable side stops the run (exit 1).
+`OSError` is translated into these at the boundary where the path and the
+operation are known (see `durable_error` and `source_error`), always raised
+``from`` the original.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+
+class SyncEngineError(Exception):
+    """Root of every error syncengine raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(SyncEngineError):
+    """The configuration or the command line is unusable: nothing was done."""
+
+    exit_code = 2
+
+
+class SourceError(SyncEngineError):
+    """One local file could not be read or written; the run continues."""
+
+    exit_code = 1
+
+    def __init__(self, path: str, operation: str, reason: str) -> None:
+        super().__init__(f"{operation} {path}: {reason}")
+        self.path = path
+        self.operation = operation
+        self.reason = reason
+
+
+class DurableError(SyncEngineError):
+    """The durable side failed (read-only, full, gone): the run stops."""
+
+    exit_code = 1
+
+
+class LockBusy(SyncEngineError):
+    """Another checkpoint or restore holds the state directory lock."""
+
+    exit_code = 1
+
+
+class Incomplete(SyncEngineError):
+    """The run finished, but some items failed; the report names them."""
+
+    exit_code = 1
+
+
+def _describe(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno or 0, "")
+    text = exc.strerror or str(exc)
+    return f"{text} ({name})" if name else text
+
+
+def _advice(exc: OSError) -> str:
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return "; check that the durable root is mounted read-write and writable by this user"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "; free space on the durable side or raise its quota"
+    if exc.errno == errno.ENOTCONN:
+        return "; the mount is gone: remount it (fusermount3 -uz, then mount again)"
+    return ""
+
+
+def durable_error(operation: str, path: str | os.PathLike[str], exc: OSError) -> DurableError:
+    """Translate an OSError on the durable side into a run-stopping error."""
+    return DurableError(f"{operation} {os.fspath(path)}: {_describe(exc)}{_advice(exc)}")
+
+
+def source_error(operation: str, path: str, exc: OSError) -> SourceError:
+    """Translate an OSError on one local file into a per-path error."""
+    return SourceError(path, operation, _describe(exc))

@@ -1,0 +1,142 @@
+"""The local change index: what was last published for each path, and the stat seen then.
+
+Owns the per-adapter index file in ``state_dir``.  One record per path is a
+packed 36-byte value (size, mtime_ns, ctime_ns, xxh3 hash, mode, kind, absent
+passes) so that a million paths fit in well under 250 MB and an idle pass
+compares a file with one ``bytes.startswith`` (the first 24 bytes are the stat
+signature).  A path is unchanged only when size, mtime_ns and ctime_ns all
+match; a record whose copy raced a writer, or whose mtime was too close to the
+scan start, is stored with ``ctime_ns = DIRTY`` so the next pass looks again
+(borg's files cache does the same).  The index is a cache: when it is missing
+or unreadable the engine rebuilds it from the durable manifest and file hashes.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import struct
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from syncengine import savefile
+
+MAGIC = b"SYNCIDX1"
+RECORD = struct.Struct("<qqqQHBB")
+SIG = struct.Struct("<qqq")
+DIRTY = -1
+KINDS = ("file", "symlink", "sqlite", "segments")
+_KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+
+
+class Record(NamedTuple):
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    hash64: int
+    mode: int
+    kind: str
+    absent: int
+
+
+class Index:
+    """Published state per relative path, plus small side tables."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, bytes] = {}
+        self.links: dict[str, str] = {}
+        self.extras: dict[str, dict[str, Any]] = {}
+        self.meta: dict[str, Any] = {}
+        self.changed = False
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __contains__(self, path: str) -> bool:
+        return path in self.records
+
+    def record(self, path: str, *, size: int, mtime_ns: int, ctime_ns: int, hash64: int,
+               mode: int, kind: str = "file", target: str | None = None,
+               extra: dict[str, Any] | None = None) -> None:
+        """Remember that `path` was published (or verified) with this content."""
+        self.records[path] = RECORD.pack(size, mtime_ns, ctime_ns, hash64 & 0xFFFFFFFFFFFFFFFF,
+                                         mode & 0xFFFF, _KIND_CODE[kind], 0)
+        if target is not None:
+            self.links[path] = target
+        else:
+            self.links.pop(path, None)
+        if extra is not None:
+            self.extras[path] = extra
+        self.changed = True
+
+    def get(self, path: str) -> Record | None:
+        raw = self.records.get(path)
+        if raw is None:
+            return None
+        size, mtime, ctime, h, mode, kind, absent = RECORD.unpack(raw)
+        return Record(size, mtime, ctime, h, mode, KINDS[kind], absent)
+
+    def unchanged(self, path: str, size: int, mtime_ns: int, ctime_ns: int) -> bool:
+        raw = self.records.get(path)
+        return raw is not None and raw.startswith(SIG.pack(size, mtime_ns, ctime_ns))
+
+    def mark_dirty(self, path: str) -> None:
+        """Make the next pass look at `path` again (hash, then copy only if it differs)."""
+        rec = self.get(path)
+        if rec is not None and rec.ctime_ns != DIRTY:
+            self.records[path] = RECORD.pack(rec.size, rec.mtime_ns, DIRTY, rec.hash64,
+                                             rec.mode, _KIND_CODE[rec.kind], rec.absent)
+            self.changed = True
+
+    def mark_absent(self, path: str) -> int:
+        """Count one more pass in which `path` was missing locally; return the count."""
+        rec = self.get(path)
+        if rec is None:
+            return 0
+        absent = min(rec.absent + 1, 255)
+        self.records[path] = RECORD.pack(rec.size, rec.mtime_ns, DIRTY, rec.hash64, rec.mode,
+                                         _KIND_CODE[rec.kind], absent)
+        self.changed = True
+        return absent
+
+    def present_count(self) -> int:
+        return sum(1 for raw in self.records.values() if raw[-1] == 0)
+
+    def items(self) -> Iterator[tuple[str, Record]]:
+        for path in self.records:
+            rec = self.get(path)
+            assert rec is not None
+            yield path, rec
+
+    # -- persistence ----------------------------------------------------
+    def dumps(self) -> bytes:
+        payload = {"records": self.records, "links": self.links, "extras": self.extras,
+                   "meta": self.meta}
+        return MAGIC + marshal.dumps(payload)
+
+    @classmethod
+    def loads(cls, data: bytes) -> Index:
+        if not data.startswith(MAGIC):
+            raise ValueError("not a syncengine index")
+        payload = marshal.loads(data[len(MAGIC):])
+        idx = cls()
+        idx.records = payload["records"]
+        idx.links = payload["links"]
+        idx.extras = payload["extras"]
+        idx.meta = payload["meta"]
+        return idx
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        savefile.write_file(path, self.dumps(), mode=0o600, fsync=True)
+        self.changed = False
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Index | None:
+        """The saved index, or None when it is missing or unreadable (rebuild it)."""
+        try:
+            with open(path, "rb") as f:
+                return cls.loads(f.read())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, EOFError, TypeError, KeyError):
+            return None

@@ -1,0 +1,176 @@
+"""Deciding: what a checkpoint or a restore will do, as frozen values.
+
+Owns the rules, not the I/O.  A checkpoint plan turns a scan and the index
+into one action per path; a restore plan turns the manifest (or a walk of an
+old durable tree) and the local tree's state into one action per path.  Each
+action prints as one readable line, so a dry run is "plan, then print", and
+tests assert on the plan as text.  The executors in `checkpoint` and
+`restore` carry the actions out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from syncengine.index import Index
+from syncengine.manifest import Entry
+from syncengine.scan import ScanResult, Seen
+
+
+@attrs.frozen
+class Upload:
+    """Publish a new or changed file (hash first when the size did not change)."""
+
+    path: str
+    size: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"upload {self.path} ({self.reason}, {self.size} bytes)"
+
+
+@attrs.frozen
+class RecordLink:
+    """Record a symlink in the manifest (links are never followed)."""
+
+    path: str
+
+    def __str__(self) -> str:
+        return f"link {self.path}"
+
+
+@attrs.frozen
+class MarkAbsent:
+    """A published path is gone locally: keep the durable copy, count the pass."""
+
+    path: str
+
+    def __str__(self) -> str:
+        return f"absent {self.path} (durable copy kept)"
+
+
+@attrs.frozen
+class SkipSpecial:
+    """A FIFO, socket or device: never opened."""
+
+    path: str
+
+    def __str__(self) -> str:
+        return f"skip {self.path} (not a regular file or symlink)"
+
+
+CheckpointAction = Upload | RecordLink | MarkAbsent | SkipSpecial
+
+
+def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = ()
+                    ) -> tuple[CheckpointAction, ...]:
+    """One action per changed, new, vanished or special path."""
+    actions: list[CheckpointAction] = []
+    for seen in sorted(scan.changed):
+        actions.append(_plan_seen(seen, index))
+    actions.extend(MarkAbsent(p) for p in sorted(missing))
+    actions.extend(SkipSpecial(p) for p in sorted(scan.specials))
+    return tuple(actions)
+
+
+def _plan_seen(seen: Seen, index: Index) -> CheckpointAction:
+    if seen.is_link:
+        return RecordLink(seen.path)
+    rec = index.get(seen.path)
+    if rec is None:
+        reason = "new"
+    elif rec.absent:
+        reason = "reappeared"
+    elif rec.size == seen.size:
+        reason = "same size: hash first"
+    else:
+        reason = f"size {rec.size} -> {seen.size}"
+    return Upload(seen.path, seen.size, reason)
+
+
+# -- restore ------------------------------------------------------------
+
+
+@attrs.frozen
+class LocalState:
+    """What is at a path in the live tree right now (lstat), or None."""
+
+    kind: str  # "file", "symlink", "other"
+    size: int
+    mtime_ns: int
+
+
+@attrs.frozen
+class Fetch:
+    """Copy a durable file into the live tree."""
+
+    entry: Entry
+    reason: str
+
+    def __str__(self) -> str:
+        return f"restore {self.entry.path} ({self.reason}, {self.entry.size} bytes)"
+
+
+@attrs.frozen
+class MakeLink:
+    """Recreate a recorded symlink (the link itself; nothing is followed)."""
+
+    entry: Entry
+    reason: str
+
+    def __str__(self) -> str:
+        return f"link {self.entry.path} -> {self.entry.target} ({self.reason})"
+
+
+@attrs.frozen
+class KeepLocal:
+    """The local copy is newer (hot restart) or is not a regular file: leave it."""
+
+    entry: Entry
+    reason: str
+
+    def __str__(self) -> str:
+        return f"keep {self.entry.path} ({self.reason})"
+
+
+@attrs.frozen
+class Reject:
+    """An entry that cannot be restored safely or is of an unknown kind."""
+
+    entry: Entry
+    reason: str
+
+    def __str__(self) -> str:
+        return f"refuse {self.entry.path} ({self.reason})"
+
+
+RestoreAction = Fetch | MakeLink | KeepLocal | Reject
+
+
+def plan_restore_entry(entry: Entry, local: LocalState | None, *, unsafe: str | None,
+                       known_kinds: frozenset[str] = frozenset({"file", "symlink"})
+                       ) -> RestoreAction:
+    """Decide one durable entry against the live tree.
+
+    The rule of invariant 5: a local file that is newer than (or as new as) the
+    durable copy is never overwritten; missing or older local files are filled.
+    """
+    if unsafe:
+        return Reject(entry, unsafe)
+    if entry.kind not in known_kinds:
+        return Reject(entry, f"unknown entry kind {entry.kind!r}: written by a newer syncengine?")
+    if local is None:
+        return MakeLink(entry, "missing") if entry.kind == "symlink" else Fetch(entry, "missing")
+    if local.kind == "other":
+        return KeepLocal(entry, "local path is a directory or special file")
+    if local.mtime_ns > entry.mtime_ns:
+        return KeepLocal(entry, "local copy is newer")
+    if local.mtime_ns == entry.mtime_ns and (entry.kind == "symlink" or local.size == entry.size):
+        return KeepLocal(entry, "same")
+    if local.mtime_ns == entry.mtime_ns:
+        return KeepLocal(entry, "same time, different size: local wins")
+    if entry.kind == "symlink":
+        return MakeLink(entry, "local copy is older")
+    return Fetch(entry, "local copy is older")

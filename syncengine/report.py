@@ -1,0 +1,72 @@
+"""Frozen results returned by the engine: what a run did, per adapter and per path."""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class PathError:
+    """One path that could not be handled, and why."""
+
+    adapter: str
+    path: str
+    operation: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.adapter}: {self.operation} {self.path}: {self.reason}"
+
+
+@attrs.frozen
+class AdapterReport:
+    """The outcome of one operation on one adapter."""
+
+    name: str
+    files: int = 0  # published (checkpoint) or restored (restore)
+    bytes: int = 0
+    unchanged: int = 0  # looked at, content equal: nothing written
+    kept_local: int = 0  # restore: newer local files left alone
+    links: int = 0
+    skipped: int = 0  # special files, vanished files
+    manifest: str | None = None  # the manifest object written, if any
+    errors: tuple[PathError, ...] = ()
+    fatal: str | None = None  # the durable side failed: the adapter stopped
+    plan: tuple[str, ...] = ()  # dry run: the actions, one line each
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and self.fatal is None
+
+
+@attrs.frozen
+class Report:
+    """The outcome of `checkpoint` or `restore` across adapters."""
+
+    operation: str
+    started_ns: int
+    duration_s: float
+    adapters: tuple[AdapterReport, ...]
+    skipped_busy: bool = False  # a periodic checkpoint found another run holding the lock
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return all(a.ok for a in self.adapters)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    @property
+    def errors(self) -> tuple[PathError, ...]:
+        return tuple(e for a in self.adapters for e in a.errors)
+
+    @property
+    def files(self) -> int:
+        return sum(a.files for a in self.adapters)
+
+    @property
+    def bytes(self) -> int:
+        return sum(a.bytes for a in self.adapters)

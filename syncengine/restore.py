@@ -1,0 +1,247 @@
+"""Doing a restore of one adapter: fill the live tree from the durable one.
+
+Owns reading the durable side's list of entries (the manifest; a walk of the
+tree only for state written by the old rsync layout, which has none) and
+carrying out the restore plan: missing or older local files are copied in as
+closed temp files renamed into place, with their recorded mode and mtime;
+newer local files are kept (a hot restart); nothing is ever written outside
+the live root.  Afterwards the index knows every restored file, so the next
+checkpoint uploads only what differs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from syncengine import manifest, savefile
+from syncengine.checkpoint import AdapterState
+from syncengine.copier import link_hash, stream
+from syncengine.errors import DurableError, SourceError, durable_error, source_error
+from syncengine.index import DIRTY, Index
+from syncengine.manifest import Entry
+from syncengine.plan import (
+    Fetch,
+    KeepLocal,
+    LocalState,
+    MakeLink,
+    Reject,
+    RestoreAction,
+    plan_restore_entry,
+)
+from syncengine.report import AdapterReport, PathError
+from syncengine.safepath import DirCache, UnsafePath, check_relpath
+from syncengine.store import Store
+
+log = logging.getLogger("syncengine")
+
+
+def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str], str]:
+    """(entries, problems, source) from the manifest, else from a walk of the tree.
+
+    Also tells the index where the manifest's sequence stands, so the next
+    checkpoint continues it instead of reusing a name.
+    """
+    state = manifest.load(store)
+    if state.last_seq > int(index.meta.get("manifest_seq", 0)):
+        index.meta.update(manifest_seq=state.last_seq, base_seq=state.base_seq,
+                          deltas=state.deltas_since_base)
+        index.changed = True
+    if state.entries or state.last_seq:
+        return list(state.entries.values()), list(state.problems), "manifest"
+    entries = []
+    for rel, st in store.walk():
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                target = os.readlink(store.root / rel)
+            except OSError:
+                continue
+            entries.append(Entry(rel, "symlink", mtime_ns=st.st_mtime_ns, target=target))
+        else:
+            entries.append(Entry(rel, "file", st.st_size, st.st_mtime_ns, st.st_mode & 0o7777))
+    return entries, list(state.problems), "walk"
+
+
+def _local_state(live: DirCache, relpath: str) -> LocalState | None:
+    parent, _, name = relpath.rpartition("/")
+    try:
+        dir_fd = live.dir_fd(parent)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(st.st_mode):
+        kind = "file"
+    elif stat.S_ISLNK(st.st_mode):
+        kind = "symlink"
+    else:
+        kind = "other"
+    return LocalState(kind, st.st_size, st.st_mtime_ns)
+
+
+def plan(state: AdapterState, entries: Iterable[Entry]) -> list[RestoreAction]:
+    """One action per durable entry, decided against the live tree."""
+    actions: list[RestoreAction] = []
+    with DirCache(state.live) as live:
+        for entry in sorted(entries, key=lambda e: e.path):
+            unsafe = None
+            local = None
+            try:
+                check_relpath(entry.path)
+                if entry.object:
+                    check_relpath(entry.object)
+                local = _local_state(live, entry.path)
+            except UnsafePath as exc:
+                unsafe = exc.reason
+            except FileNotFoundError:
+                local = None
+            except NotADirectoryError:
+                unsafe = "a parent in the live tree is a file"
+            except OSError as exc:
+                unsafe = f"cannot inspect the live path: {exc.strerror}"
+            actions.append(plan_restore_entry(entry, local, unsafe=unsafe))
+    return actions
+
+
+def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> AdapterReport:
+    """Carry out a restore plan for one adapter."""
+    errors: list[PathError] = []
+    restored: list[tuple[Entry, os.stat_result, int]] = []
+    counts = {"kept": 0, "links": 0}
+    fatal = None
+    index = state.index
+    fetches = [a for a in actions if isinstance(a, (Fetch, MakeLink))]
+    try:
+        with DirCache(state.live, create=True) as live, state.store.reader() as durable:
+            for action, result in _execute(fetches, live, durable, jobs):
+                if isinstance(result, tuple):
+                    restored.append(result)
+                else:
+                    errors.append(PathError(state.name, action.entry.path, result.operation,
+                                            result.reason))
+                    log.warning("restore.failed adapter=%s path=%s error=%s", state.name,
+                                action.entry.path, result.reason)
+    except DurableError as exc:
+        fatal = str(exc)
+    for other in actions:
+        if isinstance(other, KeepLocal):
+            counts["kept"] += 1
+            _seed(index, other.entry)
+        elif isinstance(other, Reject):
+            errors.append(PathError(state.name, other.entry.path, "restore", other.reason))
+            log.warning("restore.refused adapter=%s path=%s reason=%s", state.name,
+                        other.entry.path, other.reason)
+    for entry, st, h in restored:
+        if entry.kind == "symlink":
+            counts["links"] += 1
+        index.record(entry.path, size=st.st_size, mtime_ns=st.st_mtime_ns,
+                     ctime_ns=st.st_ctime_ns, hash64=h, mode=st.st_mode, kind=entry.kind,
+                     target=entry.target)
+    if index.changed:
+        index.save(state.index_path)
+    files = [e for e, _, _ in restored if e.kind != "symlink"]
+    return AdapterReport(name=state.name, files=len(files), bytes=sum(e.size for e in files),
+                         kept_local=counts["kept"], links=counts["links"],
+                         errors=tuple(errors), fatal=fatal)
+
+
+def _seed(index: Index, entry: Entry) -> None:
+    """Tell the index what the durable side holds for a path restore left alone.
+
+    The record is marked dirty, so the next checkpoint hashes the local file
+    and uploads it only if it differs (a newer local file after a hot restart).
+    """
+    rec = index.get(entry.path)
+    if rec is not None and rec.ctime_ns != DIRTY and entry.hash == rec.hash64:
+        return
+    if entry.kind in ("file", "symlink"):
+        index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns, ctime_ns=DIRTY,
+                     hash64=entry.hash or 0, mode=entry.mode, kind=entry.kind,
+                     target=entry.target)
+
+
+def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache, jobs: int
+             ) -> Iterable[tuple[Fetch | MakeLink,
+                                 tuple[Entry, os.stat_result, int] | SourceError]]:
+    def one(action: Fetch | MakeLink) -> tuple[Entry, os.stat_result, int] | SourceError:
+        try:
+            if isinstance(action, MakeLink):
+                return _make_link(action.entry, live)
+            return _fetch(action.entry, live, durable)
+        except SourceError as exc:
+            return exc
+
+    if len(actions) <= 1 or jobs <= 1:
+        for a in actions:
+            yield a, one(a)
+        return
+    with ThreadPoolExecutor(max_workers=min(jobs, len(actions)),
+                            thread_name_prefix="syncengine-restore") as pool:
+        futures = [(a, pool.submit(one, a)) for a in actions]
+        try:
+            for a, fut in futures:
+                yield a, fut.result()
+        finally:
+            for _, fut in futures:
+                fut.cancel()
+
+
+def _live_parent(live: DirCache, relpath: str) -> tuple[int, str]:
+    try:
+        return live.split(relpath)
+    except UnsafePath:
+        raise
+    except OSError as exc:
+        raise source_error("create parent of", relpath, exc) from exc
+
+
+def _fetch(entry: Entry, live: DirCache, durable: DirCache
+           ) -> tuple[Entry, os.stat_result, int]:
+    try:
+        src = durable.open_file(entry.location)
+    except UnsafePath:
+        raise
+    except FileNotFoundError as exc:
+        raise SourceError(entry.path, "restore",
+                          f"listed in the manifest but missing on the durable side "
+                          f"({entry.location})") from exc
+    except OSError as exc:
+        raise durable_error("open", f"{durable.root}/{entry.location}", exc) from exc
+    try:
+        src_st = os.fstat(src)
+        if not stat.S_ISREG(src_st.st_mode):
+            raise SourceError(entry.path, "restore", "durable object is not a regular file")
+        dir_fd, name = _live_parent(live, entry.path)
+        with savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
+            try:
+                _, h = stream(src, None, tmp.write, src_name=f"{durable.root}/{entry.location}",
+                              dst_name=entry.path)
+            except DurableError as exc:  # here the "durable" side of stream() is the live file
+                raise SourceError(entry.path, "write", str(exc)) from exc
+            mtime = entry.mtime_ns
+            if entry.hash is not None and h != entry.hash:
+                log.warning("restore.hash-mismatch path=%s: the durable file differs from the "
+                            "manifest (a newer version?); restoring it with its own mtime",
+                            entry.path)
+                mtime = src_st.st_mtime_ns
+            tmp.close(mode=entry.mode, mtime_ns=mtime)
+            tmp.publish(name, target_dir_fd=dir_fd)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        raise source_error("restore", entry.path, exc) from exc
+    finally:
+        os.close(src)
+    return entry, st, h
+
+
+def _make_link(entry: Entry, live: DirCache) -> tuple[Entry, os.stat_result, int]:
+    assert entry.target is not None
+    dir_fd, name = _live_parent(live, entry.path)
+    try:
+        savefile.place_symlink(entry.target, name, dir_fd=dir_fd, mtime_ns=entry.mtime_ns)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        raise source_error("symlink", entry.path, exc) from exc
+    return entry, st, link_hash(entry.target)

@@ -1,0 +1,207 @@
+"""Durability primitives: the only module that calls ``os.replace``.
+
+A new version of a file is written to a uniquely named temporary file in a
+staging directory (never a sibling of the target: on hf-mount a name that is a
+prefix of another key showed up as a phantom directory), closed, then renamed
+over the target.  Closing is where an object-store mount commits the object, so
+a close error is a failed write.  Until the rename, the previous version stays
+authoritative; a temp file of a failed or interrupted write is unlinked, and
+stale ones are swept by `sweep_staging` on the next run.
+
+Temp files are created ``0600``-or-tighter so a secret is never more readable
+in transit than its source.  Directory fsync ignores EINVAL/ENOTSUP, which
+network filesystems return (borg ``platform.base.sync_dir``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+
+TEMP_SUFFIX = ".syncengine-tmp"
+_IGNORED_SYNC_ERRORS = (errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EROFS, errno.ENOSYS)
+_IGNORED_SETATTR_ERRORS = (errno.EPERM, errno.ENOSYS, errno.ENOTSUP, errno.EINVAL, errno.EACCES)
+
+
+def temp_mode(mode: int) -> int:
+    """Permission bits for a temp file: owner read/write at most, never more than the source."""
+    return 0o200 | (mode & 0o400)
+
+
+def fsync_dir(path: str | os.PathLike[str] | None = None, *, dir_fd: int | None = None) -> None:
+    """fsync a directory so a rename in it survives power loss; ignore what mounts refuse."""
+    fd = os.open(path if path is not None else ".", os.O_RDONLY | os.O_DIRECTORY,
+                 dir_fd=dir_fd) if dir_fd is None or path is not None else dir_fd
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _IGNORED_SYNC_ERRORS:
+            raise
+    finally:
+        if fd != dir_fd:
+            os.close(fd)
+
+
+_libc: Any = None
+
+
+def syncfs(path: str | os.PathLike[str]) -> None:
+    """Flush the whole filesystem holding `path` (one barrier per checkpoint pass).
+
+    Per-file fsync on local disk would make a full checkpoint of 100,000 files
+    take minutes; on the object-store mount fsync does nothing at all.
+    """
+    import ctypes  # lazily: only passes that publish something pay for it
+    import ctypes.util
+
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _libc.syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            if err not in _IGNORED_SYNC_ERRORS:
+                raise OSError(err, os.strerror(err), os.fspath(path))
+    finally:
+        os.close(fd)
+
+
+@attrs.define
+class Staged:
+    """An open temporary file; `commit` closes it and renames it into place."""
+
+    fd: int
+    name: str
+    dir_fd: int | None
+    closed: bool = False
+    published: bool = False
+
+    def write(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+
+    def close(self, *, mode: int | None = None, mtime_ns: int | None = None,
+              fsync: bool = False) -> None:
+        """Set mode and mtime (best effort: mounts may refuse), then close (= commit)."""
+        if self.closed:
+            return
+        try:
+            if mode is not None:
+                _best_effort(os.fchmod, self.fd, mode & 0o7777)
+            if mtime_ns is not None:
+                _best_effort(os.utime, self.fd, ns=(mtime_ns, mtime_ns))
+            if fsync:
+                try:
+                    os.fsync(self.fd)
+                except OSError as exc:
+                    if exc.errno not in _IGNORED_SYNC_ERRORS:
+                        raise
+        finally:
+            self.closed = True
+            os.close(self.fd)
+
+    def publish(self, target: str, *, target_dir_fd: int | None = None) -> None:
+        """Rename the closed temp file over `target` (atomic where the filesystem is)."""
+        assert self.closed, "publish() needs a closed file: closing is the commit"
+        os.replace(self.name, target, src_dir_fd=self.dir_fd, dst_dir_fd=target_dir_fd)
+        self.published = True
+
+    def discard(self) -> None:
+        """Close and remove the temp file; failures are left to `sweep_staging`."""
+        if not self.closed:
+            self.closed = True
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+        try:
+            os.unlink(self.name, dir_fd=self.dir_fd)
+        except OSError:
+            pass
+
+
+def _best_effort(func: object, *args: object, **kwargs: object) -> None:
+    try:
+        func(*args, **kwargs)  # type: ignore[operator]
+    except OSError as exc:
+        if exc.errno not in _IGNORED_SETATTR_ERRORS:
+            raise
+
+
+def create_temp(directory: str | None = None, *, dir_fd: int | None = None,
+                source_mode: int = 0o600) -> Staged:
+    """Create a new, empty, exclusively owned temp file in `directory` (or `dir_fd`)."""
+    base = secrets.token_hex(8) + TEMP_SUFFIX
+    name = base if directory is None else os.path.join(directory, base)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd = os.open(name, flags, temp_mode(source_mode), dir_fd=dir_fd)
+    return Staged(fd=fd, name=name, dir_fd=dir_fd)
+
+
+@contextmanager
+def staged(directory: str | None = None, *, dir_fd: int | None = None,
+           source_mode: int = 0o600) -> Iterator[Staged]:
+    """A temp file that is discarded unless the body published it."""
+    tmp = create_temp(directory, dir_fd=dir_fd, source_mode=source_mode)
+    try:
+        yield tmp
+    finally:
+        if not tmp.published:
+            tmp.discard()
+
+
+def write_file(path: str | os.PathLike[str], data: bytes, *, staging_dir: str | None = None,
+               mode: int = 0o600, fsync: bool = True) -> None:
+    """Replace `path` with `data` as one closed file (local state and manifests)."""
+    path = os.fspath(path)
+    directory = staging_dir or os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    with staged(directory, source_mode=mode) as tmp:
+        tmp.write(data)
+        tmp.close(mode=mode, fsync=fsync)
+        tmp.publish(path)
+    if fsync:
+        fsync_dir(os.path.dirname(path) or ".")
+
+
+def place_symlink(target: str, name: str, *, dir_fd: int, mtime_ns: int | None = None) -> None:
+    """Create or replace the symlink `name` (in `dir_fd`) pointing at `target`."""
+    tmp = secrets.token_hex(8) + TEMP_SUFFIX
+    os.symlink(target, tmp, dir_fd=dir_fd)
+    try:
+        if mtime_ns is not None:
+            _best_effort(os.utime, tmp, ns=(mtime_ns, mtime_ns), dir_fd=dir_fd,
+                         follow_symlinks=False)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+def sweep_staging(directory: str | os.PathLike[str]) -> int:
+    """Remove temp files a killed run left in a staging directory; return how many."""
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        if entry.name.endswith(TEMP_SUFFIX) and entry.is_file(follow_symlinks=False):
+            try:
+                os.unlink(entry.path)
+                removed += 1
+            except FileNotFoundError:
+                pass
+    return removed

@@ -1,0 +1,191 @@
+"""Walking the local trees: which paths are new or changed since the index.
+
+Owns the walk over live trees only (never the durable side).  A walk yields,
+per adapter, the regular files and symlinks whose stat signature differs from
+the index, the special files it skipped (FIFOs, sockets, devices are never
+opened), and counts to detect paths that disappeared.  Excluded directories
+are not entered.
+
+Speed: an idle pass is dominated by one ``lstat`` per file.  When the process
+has a single thread (the one-shot CLI) the walk is split across forked worker
+processes by directory, which brings a 100,000-file walk under the cost of
+``find -newer``; with threads running (daemon, embedded use) it walks serially
+in the calling thread, because forking a threaded process is unsafe.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import stat
+import threading
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import attrs
+
+from syncengine.index import SIG
+from syncengine.patterns import Matcher
+from syncengine.savefile import TEMP_SUFFIX
+
+_FRONTIER_PER_WORKER = 8
+_EXPAND_LIMIT = 4000
+
+
+class Seen(NamedTuple):
+    """A file or symlink whose stat differs from the index (or is new).
+
+    A NamedTuple rather than an attrs class: a first full walk sends 100,000
+    of these from worker processes, and tuples pickle several times faster.
+    """
+
+    path: str
+    mode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @property
+    def is_link(self) -> bool:
+        return stat.S_ISLNK(self.mode)
+
+
+@attrs.frozen
+class ScanJob:
+    """One tree to walk: root, exclusions, the index records to compare against."""
+
+    name: str
+    root: str
+    matcher: Matcher
+    records: Mapping[str, bytes]
+    skip_dirs: frozenset[str] = frozenset()
+
+
+@attrs.define
+class ScanResult:
+    """What a walk of one tree found."""
+
+    changed: list[Seen] = attrs.field(factory=list)
+    seen: int = 0
+    known: int = 0
+    specials: list[str] = attrs.field(factory=list)
+    errors: list[tuple[str, str]] = attrs.field(factory=list)
+    exists: bool = True
+
+    def merge(self, other: ScanResult) -> None:
+        self.changed.extend(other.changed)
+        self.seen += other.seen
+        self.known += other.known
+        self.specials.extend(other.specials)
+        self.errors.extend(other.errors)
+
+
+def _walk(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None) -> list[str]:
+    """Walk `start` depth-first; with `limit`, stop after that many entries and
+    return the directories not yet entered (the frontier)."""
+    root, matcher, records, skip = job.root, job.matcher, job.records, job.skip_dirs
+    pack = SIG.pack
+    stack = [start]
+    handled = 0
+    while stack:
+        if limit is not None and (handled >= limit or len(stack) >= 64):
+            return stack
+        d = stack.pop(0) if limit is not None else stack.pop()
+        path = f"{root}/{d}" if d else root
+        try:
+            it = os.scandir(path)
+        except FileNotFoundError:
+            if d == "":
+                out.exists = False
+            continue
+        except OSError as exc:
+            out.errors.append((d or ".", exc.strerror or str(exc)))
+            continue
+        with it:
+            for e in it:
+                handled += 1
+                name = e.name
+                rel = f"{d}/{name}" if d else name
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        if rel not in skip and not (matcher and matcher.excluded(rel, True)):
+                            stack.append(rel)
+                        continue
+                    if name.endswith(TEMP_SUFFIX) or (matcher and matcher.excluded(rel, False)):
+                        continue
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # vanished while we looked: not an error
+                except OSError as exc:
+                    out.errors.append((rel, exc.strerror or str(exc)))
+                    continue
+                mode = st.st_mode
+                if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+                    out.specials.append(rel)
+                    continue
+                out.seen += 1
+                raw = records.get(rel)
+                if raw is not None:
+                    if raw[-1] == 0:  # counted only while not already marked absent
+                        out.known += 1
+                    if raw.startswith(pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns)):
+                        continue
+                out.changed.append(Seen(rel, mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return []
+
+
+def scan(jobs: Sequence[ScanJob], *, workers: int = 2) -> dict[str, ScanResult]:
+    """Walk every job's tree and return a ScanResult per job name."""
+    results = {job.name: ScanResult() for job in jobs}
+    frontier: list[tuple[int, str]] = []
+    for i, job in enumerate(jobs):
+        limit = _EXPAND_LIMIT if workers > 1 else None
+        rest = _walk(job, "", results[job.name], limit=limit)
+        frontier.extend((i, d) for d in rest)
+    if not frontier:
+        return results
+    if workers > 1 and _can_fork() and len(frontier) >= 2:
+        _scan_forked(jobs, frontier, results, workers)
+    else:
+        for i, d in frontier:
+            _walk(jobs[i], d, results[jobs[i].name])
+    return results
+
+
+def _can_fork() -> bool:
+    return hasattr(os, "fork") and threading.active_count() == 1
+
+
+def _scan_forked(jobs: Sequence[ScanJob], frontier: list[tuple[int, str]],
+                 results: dict[str, ScanResult], workers: int) -> None:
+    children: list[tuple[int, int, list[tuple[int, str]]]] = []
+    for w in range(min(workers, len(frontier))):
+        share = frontier[w::workers]
+        r, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: walk its share, send results, exit without cleanup
+            os.close(r)
+            code = 0
+            try:
+                part = {job.name: ScanResult() for job in jobs}
+                for i, d in share:
+                    _walk(jobs[i], d, part[jobs[i].name])
+                data = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
+                with os.fdopen(wfd, "wb") as f:
+                    f.write(data)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        os.close(wfd)
+        children.append((pid, r, share))
+    for pid, r, share in children:
+        with os.fdopen(r, "rb") as f:
+            data = f.read()
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) == 0 and data:
+            part = pickle.loads(data)
+            for name, res in part.items():
+                results[name].merge(res)
+        else:  # a worker failed: walk its share here, nothing is lost
+            for i, d in share:
+                _walk(jobs[i], d, results[jobs[i].name])

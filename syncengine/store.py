@@ -1,0 +1,153 @@
+"""The durable side behind one narrow interface.
+
+A `Store` is one adapter's durable directory: it publishes closed objects
+(staged in a dedicated ``.syncengine/staging`` directory, then renamed into
+place), opens objects for reading without following symlinks, lists the
+manifest directory, and walks the tree only for restores of state written
+before manifests existed.  Restore, verify and GC go through this interface
+and never build durable paths themselves.  Errors become `DurableError`
+here, with the operation and the path.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from syncengine import savefile
+from syncengine.errors import durable_error
+from syncengine.safepath import DirCache
+
+META_DIR = ".syncengine"
+STAGING_DIR = f"{META_DIR}/staging"
+MANIFEST_DIR = f"{META_DIR}/manifest"
+
+
+class Store:
+    """One adapter's durable directory (a local path or a FUSE mount)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self._staging = self.root / STAGING_DIR
+        self._staging_ready = False
+        self._reader: DirCache | None = None
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root)!r})"
+
+    # -- writing --------------------------------------------------------
+    def _ensure_staging(self) -> None:
+        if not self._staging_ready:
+            try:
+                os.makedirs(self._staging, mode=0o700, exist_ok=True)
+            except OSError as exc:
+                raise durable_error("create staging directory", self._staging, exc) from exc
+            self._staging_ready = True
+
+    @contextmanager
+    def staged(self, source_mode: int = 0o600) -> Iterator[savefile.Staged]:
+        """A temp object in the staging directory; discarded unless published."""
+        self._ensure_staging()
+        try:
+            tmp = savefile.create_temp(os.fspath(self._staging), source_mode=source_mode)
+        except OSError as exc:
+            raise durable_error("create a temp file in", self._staging, exc) from exc
+        try:
+            yield tmp
+        finally:
+            if not tmp.published:
+                tmp.discard()
+
+    def publish(self, tmp: savefile.Staged, relpath: str) -> None:
+        """Rename a closed temp object to `relpath`, creating parent directories."""
+        target = self.root / relpath
+        try:
+            try:
+                tmp.publish(os.fspath(target))
+            except FileNotFoundError:
+                os.makedirs(target.parent, mode=0o755, exist_ok=True)
+                tmp.publish(os.fspath(target))
+        except OSError as exc:
+            raise durable_error("publish", target, exc) from exc
+
+    def put_bytes(self, relpath: str, data: bytes, *, mode: int = 0o644) -> None:
+        """Publish `data` as one closed object at `relpath`."""
+        with self.staged(mode) as tmp:
+            try:
+                tmp.write(data)
+                tmp.close(mode=mode)
+            except OSError as exc:
+                raise durable_error("write", self.root / relpath, exc) from exc
+            self.publish(tmp, relpath)
+
+    def barrier(self) -> None:
+        """Make everything published so far survive a power loss (local disks)."""
+        try:
+            savefile.syncfs(self.root)
+        except OSError as exc:
+            raise durable_error("sync", self.root, exc) from exc
+
+    def sweep_staging(self) -> int:
+        """Remove temp objects a killed run left behind."""
+        try:
+            return savefile.sweep_staging(self._staging)
+        except OSError as exc:
+            raise durable_error("clean staging directory", self._staging, exc) from exc
+
+    # -- reading --------------------------------------------------------
+    def exists(self) -> bool:
+        try:
+            return stat.S_ISDIR(os.stat(self.root).st_mode)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise durable_error("stat", self.root, exc) from exc
+
+    def reader(self) -> DirCache:
+        """A cache of directory descriptors for safe reads; close it when done."""
+        return DirCache(self.root)
+
+    def read_bytes(self, relpath: str) -> bytes:
+        with self.reader() as dirs:
+            fd = dirs.open_file(relpath)
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+
+    def listdir(self, reldir: str) -> list[str]:
+        """Names in a durable directory ([] when it does not exist)."""
+        path = self.root / reldir
+        try:
+            return sorted(os.listdir(path))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise durable_error("list", path, exc) from exc
+
+    def walk(self) -> Iterator[tuple[str, os.stat_result]]:
+        """Every file and symlink below the root, without following links.
+
+        Only for durable trees that have no manifest (the old rsync layout):
+        the periodic checkpoint never calls this.
+        """
+        stack = [""]
+        while stack:
+            reldir = stack.pop()
+            path = self.root / reldir if reldir else self.root
+            try:
+                entries = list(os.scandir(path))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise durable_error("list", path, exc) from exc
+            for entry in entries:
+                rel = f"{reldir}/{entry.name}" if reldir else entry.name
+                if rel == META_DIR:
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(rel)
+                elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                    yield rel, st

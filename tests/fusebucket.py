@@ -1,0 +1,623 @@
+"""A FUSE mount that behaves like hf-mount's streaming writes over a bucket.
+
+    python -m tests.fusebucket BACKING MOUNTPOINT [options]   (or tests/fusebucket.py)
+
+BACKING plays the bucket; MOUNTPOINT plays `/data`. Owns only the emulation:
+tests mount it through tests/bucket_mount.py. See docs/durable-target.md.
+
+Emulated (hf-mount v0.9, streaming mode, FUSE):
+- A write handle lives in memory. It can only be made by create() or by open
+  with O_TRUNC; any other open for writing fails with EPERM. A write anywhere
+  but the end of the buffer fails with EINVAL; read() on it fails with EBADF.
+- Commit = write a temp file in BACKING/.fusebucket-tmp (never visible through
+  the mount) and os.replace() it into place. It happens in flush(), i.e. inside
+  close(), when the closing process is the one that opened the handle: that is
+  what hf-mount does (src/virtual_fs/mod.rs `flush`), and release() reaches the
+  daemon only after close() has returned, so committing there would race with
+  whatever the caller does next. A close from another process (an inherited or
+  dup'd descriptor) defers the commit to release(). fsync() does nothing.
+- While a handle is open, stat shows the new file with the bytes written so
+  far; opens for reading and the bucket still see the previous object.
+- A writer killed by a signal still has its descriptors closed by the kernel,
+  which flushes them on the dying process's behalf: `--kill-mode commit`
+  (hf-mount) publishes the truncated bytes, `--kill-mode discard` drops them
+  and keeps the previous object. A writer that exits without closing commits.
+- mkdir exists only in memory; a bucket stores no empty directory, so backing
+  directories left empty by unlink/rename/rmdir are removed and stay visible in
+  memory until unmount, like hf-mount's inode table.
+- Rename of a file is one os.replace (overwrites). Rename of a directory moves
+  the backing directory at once; hf-mount re-adds and deletes every file below
+  it, which is slow and not atomic. `--no-rename` fails every rename with EXDEV
+  (or `--rename-errno`), like Mountpoint for S3.
+- Symlinks are stored as real symlinks in BACKING (hf-mount keeps them as
+  objects); `link` fails with EOPNOTSUPP as on hf-mount.
+- truncate() works on an open write handle only; on a committed file it is
+  EPERM. chmod/chown/utimens apply to the backing file (`--ignore-setattr`:
+  succeed and do nothing, `--no-setattr`: EPERM). A pending file's mtime is its
+  commit time, as hf-mount stamps it.
+
+Not emulated: metadata caching (attr/entry/negative timeouts are 0 so tests see
+changes at once), the phantom-prefix directories of hf-mount < 0.9.2, advanced
+write mode, failed commits other than the backing filesystem's own errors,
+locks, xattrs, SQLite behaviour, other clients writing to the bucket.
+
+Runs in the foreground, multithreaded (one lock guards the state; latency
+sleeps happen outside it). It asks for SIGTERM when its parent dies
+(PR_SET_PDEATHSIG) and unmounts itself on SIGTERM/SIGINT (libfuse's handlers).
+`--stats FILE` counts operations; the counts are written as JSON
+{"seq": n, "counts": {...}} on SIGUSR1 and at exit. libfuse 3.14 prints
+"Ignoring invalid max threads value" at start: harmless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import errno
+import functools
+import itertools
+import json
+import logging
+import os
+import signal
+import stat
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
+
+import mfusepy
+
+STAGING = ".fusebucket-tmp"
+PF_EXITING = 0x4  # include/linux/sched.h
+UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2  # libfuse 3 passes tv_sec 0 with these
+RENAME_NOREPLACE = 1
+STAT_KEYS = ("st_mode", "st_nlink", "st_size", "st_uid", "st_gid", "st_blocks")
+log = logging.getLogger("fusebucket")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _fail(code: int) -> NoReturn:
+    raise mfusepy.FuseOSError(code)
+
+
+@dataclass
+class Options:
+    latency_meta: float = 0.0  # seconds per metadata operation
+    latency_list: float = 0.0  # seconds per readdir
+    latency_commit: float = 0.0  # seconds per commit
+    kill_mode: str = "commit"
+    rename_errno: int = 0  # 0: rename works
+    setattr_mode: str = "apply"  # apply | ignore | deny
+    ready_fd: int | None = None
+
+
+@dataclass
+class WriteHandle:
+    path: str
+    mode: int
+    uid: int
+    gid: int
+    opener: int  # thread-group id of the process that opened the handle
+    buf: bytearray = field(default_factory=bytearray)
+    mtime_ns: int = field(default_factory=time.time_ns)
+    dirty: bool = True  # holds bytes the bucket has not seen
+    dropped: bool = False  # unlinked or discarded: never committed
+
+
+def _proc_stat(tid: int) -> list[str]:
+    """Fields of /proc/TID/stat after the command name ([] if gone)."""
+    try:
+        with open(f"/proc/{tid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return []
+    return text[text.rindex(")") + 2 :].split()
+
+
+def _tgid(tid: int) -> int:
+    """FUSE reports the calling thread; handles belong to its process."""
+    with contextlib.suppress(OSError), open(f"/proc/{tid}/status") as f:
+        for line in f:
+            if line.startswith("Tgid:"):
+                return int(line.split()[1])
+    return tid
+
+
+def _killed_by_signal(tid: int) -> bool:
+    """Whether TID is exiting because of a signal.
+
+    do_exit() sets PF_EXITING and exit_code before it closes the files, and
+    the dying task waits for our flush reply, so it is still there to look at.
+    Fields 9 (flags) and 52 (exit_code, readable by root) of proc_pid_stat(5).
+    """
+    fields = _proc_stat(tid)
+    if len(fields) < 50:
+        return False
+    return bool(int(fields[6]) & PF_EXITING) and int(fields[49]) & 0x7F != 0
+
+
+def _op(
+    kind: str, latency: str | None = "meta", locked: bool = True
+) -> Callable[[Callable[Concatenate[Bucket, P], R]], Callable[Concatenate[Bucket, P], R]]:
+    """Count the call as KIND (errors as KIND.ERRNO), sleep, run under the lock."""
+
+    def wrap(fn: Callable[Concatenate[Bucket, P], R]) -> Callable[Concatenate[Bucket, P], R]:
+        @functools.wraps(fn)
+        def run(self: Bucket, *args: P.args, **kwargs: P.kwargs) -> R:
+            self.count(kind)
+            if latency:
+                time.sleep(getattr(self.opts, f"latency_{latency}"))
+            try:
+                with self._lock if locked else contextlib.nullcontext():
+                    return fn(self, *args, **kwargs)
+            except OSError as e:
+                self.count(f"{kind}.{errno.errorcode.get(e.errno or 0, e.errno)}")
+                raise
+            except Exception:
+                self.count("internal_error")
+                log.exception("fusebucket: internal error in %s%r", kind, args)
+                raise
+
+        return run
+
+    return wrap
+
+
+class Bucket(mfusepy.Operations):  # type: ignore[misc]
+    use_ns = True
+
+    def __init__(self, backing: str, opts: Options) -> None:
+        self.root = os.path.realpath(backing)
+        self.staging = os.path.join(self.root, STAGING)
+        os.makedirs(self.staging, exist_ok=True)
+        for stale in os.listdir(self.staging):  # commits cut short by a SIGKILL
+            os.unlink(os.path.join(self.staging, stale))
+        self.opts = opts
+        self._lock = threading.Lock()  # not `lock`: mfusepy would take it for fcntl locking
+        self.dirs: dict[str, int] = {}  # in-memory directories: path -> mode
+        self.writers: dict[int, WriteHandle] = {}
+        self.readers: dict[int, int | None] = {}  # fh -> backing fd (None: not committed yet)
+        self.fhs = itertools.count(1)
+        self.counts: Counter[str] = Counter()
+        self.stats_lock = threading.Lock()
+        self.seq = 0
+
+    # -- bookkeeping --
+    def count(self, key: str) -> None:
+        with self.stats_lock:
+            self.counts[key] += 1
+
+    def dump_stats(self, path: str) -> None:
+        with self.stats_lock:
+            self.seq += 1
+            data = {"seq": self.seq, "counts": dict(self.counts)}
+        with open(path + ".tmp", "w") as f:
+            json.dump(data, f)
+        os.replace(path + ".tmp", path)
+
+    def _real(self, path: str) -> str:
+        rel = path.lstrip("/")
+        if rel.split("/", 1)[0] == STAGING:
+            _fail(errno.ENOENT)
+        return os.path.join(self.root, rel)
+
+    def _lstat(self, path: str) -> os.stat_result | None:
+        try:
+            return os.lstat(self._real(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def _writer(self, path: str) -> WriteHandle | None:
+        """The newest live write handle on PATH."""
+        live = [h for _, h in sorted(self.writers.items()) if h.path == path and not h.dropped]
+        return live[-1] if live else None
+
+    def _kind(self, path: str) -> str | None:
+        if self._writer(path):
+            return "file"
+        st = self._lstat(path)
+        if st is not None:
+            return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+        return "dir" if path in self.dirs else None
+
+    def _children(self, path: str) -> set[str]:
+        real = self._real(path)
+        names = set(os.listdir(real)) if os.path.isdir(real) and not os.path.islink(real) else set()
+        names.discard(STAGING)
+        prefix = path.rstrip("/") + "/"
+        pending = (h.path for h in self.writers.values() if not h.dropped)
+        for p in itertools.chain(self.dirs, pending):
+            if p.startswith(prefix) and "/" not in p[len(prefix) :]:
+                names.add(p[len(prefix) :])
+        return names
+
+    def _prune(self, path: str) -> None:
+        """Remove backing directories left empty; keep them visible in memory."""
+        while path != "/":
+            try:
+                os.rmdir(self._real(path))
+            except OSError:
+                return
+            self.dirs.setdefault(path, 0o755)
+            path = os.path.dirname(path)
+
+    def _new_writer(self, path: str, mode: int) -> int:
+        uid, gid, tid = mfusepy.fuse_get_context()
+        fh = next(self.fhs)
+        self.writers[fh] = WriteHandle(path, stat.S_IMODE(mode), uid, gid, _tgid(tid))
+        return fh
+
+    def _commit(self, h: WriteHandle) -> None:
+        time.sleep(self.opts.latency_commit)
+        with self._lock:
+            if h.dropped or not h.dirty:
+                return
+            dest = self._real(h.path)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.staging)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(h.buf)
+                    os.fchmod(f.fileno(), h.mode)
+                os.replace(tmp, dest)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            h.dirty = False
+        self.count("commit")
+
+    def _may_setattr(self) -> bool:
+        if self.opts.setattr_mode == "deny":
+            _fail(errno.EPERM)
+        return self.opts.setattr_mode == "apply"
+
+    # -- FUSE operations --
+    def init(self, path: str) -> None:
+        if self.opts.ready_fd is not None:  # the kernel has the mount: tell BucketMount
+            os.write(self.opts.ready_fd, b"ready\n")
+            os.close(self.opts.ready_fd)
+
+    @_op("getattr")
+    def getattr(self, path: str | None, fh: int | None = None) -> dict[str, Any]:
+        h = self.writers.get(fh) if fh is not None else None
+        if path is None and h is None:
+            _fail(errno.ENOENT)
+        h = h or self._writer(path or "")
+        if h:
+            t = h.mtime_ns
+            mode = stat.S_IFREG | h.mode
+            return {"st_mode": mode, "st_nlink": 1, "st_size": len(h.buf), "st_uid": h.uid,
+                    "st_gid": h.gid, "st_atime": t, "st_mtime": t, "st_ctime": t}  # fmt: skip
+        st = self._lstat(path or "")
+        if st is None and path in self.dirs:
+            st, mode = os.lstat(self.root), stat.S_IFDIR | self.dirs[path]
+        elif st is None:
+            _fail(errno.ENOENT)
+        else:
+            mode = st.st_mode
+        attrs = {key: getattr(st, key) for key in STAT_KEYS}
+        attrs.update(st_mode=mode, st_atime=st.st_atime_ns, st_mtime=st.st_mtime_ns, st_ctime=st.st_ctime_ns)
+        return attrs
+
+    @_op("access")
+    def access(self, path: str, amode: int) -> int:
+        if self._kind(path) is None:
+            _fail(errno.ENOENT)
+        return 0
+
+    @_op("opendir")
+    def opendir(self, path: str) -> int:
+        return 0
+
+    @_op("readdir", latency="list")
+    def readdir(self, path: str, fh: int) -> list[str]:
+        return [".", "..", *sorted(self._children(path))]
+
+    @_op("create")
+    def create(self, path: str, mode: int, flags: int) -> int:
+        self._real(path)
+        return self._new_writer(path, mode)
+
+    @_op("open")
+    def open(self, path: str, flags: int) -> int:
+        if flags & os.O_ACCMODE == os.O_RDONLY:
+            try:
+                fd: int | None = os.open(self._real(path), os.O_RDONLY)
+            except FileNotFoundError:
+                if self._writer(path) is None:
+                    raise
+                fd = None
+            fh = next(self.fhs)
+            self.readers[fh] = fd
+            self.count("open_read")
+            return fh
+        if not flags & os.O_TRUNC:  # hf-mount streaming: no append, no read-modify-write
+            _fail(errno.EPERM)
+        h, st = self._writer(path), self._lstat(path)
+        self.count("open_write")
+        return self._new_writer(path, h.mode if h else st.st_mode if st else 0o644)
+
+    @_op("read", latency=None)
+    def read(self, path: str | None, size: int, offset: int, fh: int) -> bytes:
+        if fh not in self.readers:
+            _fail(errno.EBADF)  # a write handle cannot be read
+        fd = self.readers[fh]
+        return b"" if fd is None else os.pread(fd, size, offset)
+
+    @_op("write", latency=None)
+    def write(self, path: str | None, data: bytes, offset: int, fh: int) -> int:
+        h = self.writers.get(fh)
+        if h is None:
+            _fail(errno.EBADF)
+        if offset != len(h.buf):
+            _fail(errno.EINVAL)
+        h.buf += data
+        h.mtime_ns, h.dirty = time.time_ns(), True
+        return len(data)
+
+    @_op("truncate")
+    def truncate(self, path: str | None, length: int, fh: int | None = None) -> int:
+        h = (self.writers.get(fh) if fh is not None else None) or self._writer(path or "")
+        if h is None:
+            _fail(errno.EPERM if path and self._kind(path) else errno.ENOENT)
+        del h.buf[length:]
+        h.buf += bytes(length - len(h.buf))
+        h.mtime_ns, h.dirty = time.time_ns(), True
+        return 0
+
+    @_op("fsync", latency=None)
+    def fsync(self, path: str | None, datasync: int, fh: int) -> int:
+        return 0  # hf-mount: success, nothing reaches the bucket
+
+    @_op("flush", latency=None, locked=False)
+    def flush(self, path: str | None, fh: int) -> int:
+        tid = mfusepy.fuse_get_context()[2]
+        with self._lock:
+            h = self.writers.get(fh)
+            if h is None or h.dropped:
+                return 0
+            if self.opts.kill_mode == "discard" and _killed_by_signal(tid):
+                h.dropped = True
+                self.count("discard")
+                return 0
+            if _tgid(tid) != h.opener:
+                return 0  # another process's copy of the descriptor: commit on release
+        self._commit(h)
+        return 0
+
+    @_op("release", latency=None, locked=False)
+    def release(self, path: str | None, fh: int) -> int:
+        with self._lock:
+            fd, h = self.readers.pop(fh, None), self.writers.get(fh)
+        if fd is not None:
+            os.close(fd)
+        if h is not None:
+            try:
+                self._commit(h)
+            finally:
+                with self._lock:
+                    del self.writers[fh]
+        return 0
+
+    @_op("mkdir")
+    def mkdir(self, path: str, mode: int) -> int:
+        self._real(path)
+        if self._kind(path) is not None:
+            _fail(errno.EEXIST)
+        self.dirs[path] = stat.S_IMODE(mode)
+        return 0
+
+    @_op("rmdir")
+    def rmdir(self, path: str) -> int:
+        real, kind = self._real(path), self._kind(path)
+        if kind != "dir":
+            _fail(errno.ENOTDIR if kind else errno.ENOENT)
+        if self._children(path):
+            _fail(errno.ENOTEMPTY)
+        self.dirs.pop(path, None)
+        if os.path.isdir(real):
+            os.rmdir(real)
+            self._prune(os.path.dirname(path))
+        return 0
+
+    @_op("unlink")
+    def unlink(self, path: str) -> int:
+        real, st = self._real(path), self._lstat(path)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            _fail(errno.EISDIR)
+        live = [h for h in self.writers.values() if h.path == path and not h.dropped]
+        if st is None and not live:
+            _fail(errno.ENOENT)
+        for h in live:  # hf-mount: an unlinked file is not uploaded on close
+            h.dropped = True
+        if st is not None:
+            os.unlink(real)
+            self._prune(os.path.dirname(path))
+        return 0
+
+    @_op("rename")
+    def rename(self, old: str, new: str, flags: int = 0) -> int:
+        if self.opts.rename_errno:
+            _fail(self.opts.rename_errno)
+        if flags & ~RENAME_NOREPLACE:
+            _fail(errno.EINVAL)  # RENAME_EXCHANGE, RENAME_WHITEOUT: hf-mount refuses them too
+        src, dst = self._real(old), self._real(new)
+        kind, target = self._kind(old), self._kind(new)
+        if kind is None:
+            _fail(errno.ENOENT)
+        if old == new:
+            return 0
+        if kind == "dir" and new.startswith(old + "/"):
+            _fail(errno.EINVAL)
+        if target is not None:
+            if flags & RENAME_NOREPLACE:
+                _fail(errno.EEXIST)
+            if kind != target:
+                _fail(errno.EISDIR if target == "dir" else errno.ENOTDIR)
+            if target == "dir" and self._children(new):
+                _fail(errno.ENOTEMPTY)
+        if os.path.lexists(src):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.replace(src, dst)
+            self._prune(os.path.dirname(old))
+        elif os.path.isdir(dst) and not os.path.islink(dst):
+            os.rmdir(dst)  # an in-memory directory replaces an empty one
+        elif os.path.lexists(dst):
+            os.unlink(dst)  # a file not yet committed takes over the name
+        for h in self.writers.values():
+            if h.path == new:
+                h.dropped = True  # the overwritten file's pending bytes go with it
+            elif h.path == old or h.path.startswith(old + "/"):
+                h.path = new + h.path[len(old) :]
+        self.dirs.pop(new, None)
+        for d in [d for d in self.dirs if d == old or d.startswith(old + "/")]:
+            self.dirs[new + d[len(old) :]] = self.dirs.pop(d)
+        return 0
+
+    @_op("symlink")
+    def symlink(self, target: str, source: str) -> int:
+        real = self._real(target)  # mfusepy: TARGET is the link, SOURCE its contents
+        if self._kind(target) is not None:
+            _fail(errno.EEXIST)
+        os.makedirs(os.path.dirname(real), exist_ok=True)
+        os.symlink(source, real)
+        return 0
+
+    @_op("readlink")
+    def readlink(self, path: str) -> str:
+        return os.readlink(self._real(path))
+
+    @_op("link")
+    def link(self, target: str, source: str) -> int:
+        _fail(errno.EOPNOTSUPP)
+
+    @_op("chmod")
+    def chmod(self, path: str | None, mode: int) -> int:
+        h = self._writer(path or "")
+        if not self._may_setattr() or path is None:
+            return 0
+        if h:
+            h.mode = stat.S_IMODE(mode)
+        elif path in self.dirs and self._lstat(path) is None:
+            self.dirs[path] = stat.S_IMODE(mode)
+        else:
+            os.chmod(self._real(path), stat.S_IMODE(mode))
+        return 0
+
+    @_op("chown")
+    def chown(self, path: str | None, uid: int, gid: int) -> int:
+        if self._may_setattr() and path and not self._writer(path) and self._lstat(path):
+            os.chown(self._real(path), uid, gid, follow_symlinks=False)
+        return 0
+
+    @_op("utimens")
+    def utimens(self, path: str | None, times: tuple[int, int] | None = None) -> int:
+        st = self._lstat(path) if path else None
+        if not self._may_setattr() or st is None or self._writer(path or ""):
+            return 0  # a pending file's mtime is its commit time
+        now = time.time_ns()
+        a, m = times or (UTIME_NOW, UTIME_NOW)
+        a = now if a == UTIME_NOW else st.st_atime_ns if a == UTIME_OMIT else a
+        m = now if m == UTIME_NOW else st.st_mtime_ns if m == UTIME_OMIT else m
+        os.utime(self._real(path or ""), ns=(a, m), follow_symlinks=False)
+        return 0
+
+    @_op("statfs", latency=None)
+    def statfs(self, path: str) -> dict[str, int]:
+        sv = os.statvfs(self.root)
+        keys = ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_favail")
+        return {key: getattr(sv, key) for key in keys} | {"f_namemax": sv.f_namemax}
+
+
+class _FUSE(mfusepy.FUSE):  # type: ignore[misc]
+    """mfusepy 3.1.1 drops rename's flags and truncate's file handle under libfuse 3."""
+
+    def rename_fuse_3(self, old: bytes, new: bytes, flags: int) -> int:
+        return int(self.operations.rename(old.decode(), new.decode(), flags))
+
+    def truncate_fuse_3(self, path: bytes | None, length: int, fip: Any) -> int:
+        fh = fip.contents.fh if fip else None
+        return int(self.operations.truncate(path.decode() if path else None, length, fh))
+
+
+def _die_with_parent() -> None:
+    """SIGTERM us when the parent dies, so a killed test run leaves no mount."""
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(1, signal.SIGTERM, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent:
+        sys.exit("fusebucket: parent exited during startup")
+
+
+def _serve_stats(bucket: Bucket, path: str, stop: threading.Event) -> None:
+    """Write the counts on each SIGUSR1 (blocked in every thread, taken here)."""
+    while True:
+        signal.sigwait({signal.SIGUSR1})
+        if stop.is_set():
+            return
+        bucket.dump_stats(path)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="fusebucket", description=__doc__.split("\n", 1)[0])
+    p.add_argument("backing")
+    p.add_argument("mountpoint")
+    p.add_argument("--latency-meta", type=float, default=0.0, metavar="MS")
+    p.add_argument("--latency-list", type=float, default=0.0, metavar="MS")
+    p.add_argument("--latency-commit", type=float, default=0.0, metavar="MS")
+    p.add_argument("--kill-mode", choices=("commit", "discard"), default="commit")
+    p.add_argument("--no-rename", action="store_true", help="rename fails with EXDEV")
+    p.add_argument("--rename-errno", choices=("EXDEV", "ENOSYS", "EPERM", "EOPNOTSUPP"))
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--ignore-setattr", action="store_true", help="chmod/chown/utimens do nothing")
+    group.add_argument("--no-setattr", action="store_true", help="chmod/chown/utimens fail with EPERM")
+    p.add_argument("--stats", metavar="FILE", help="JSON operation counts, on SIGUSR1 and at exit")
+    p.add_argument("--ready-fd", type=int, metavar="FD", help="write 'ready' here once mounted")
+    p.add_argument("--debug", action="store_true", help="libfuse debug output")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    _die_with_parent()
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(message)s")
+    rename_errno = args.rename_errno or ("EXDEV" if args.no_rename else None)
+    opts = Options(
+        latency_meta=args.latency_meta / 1000,
+        latency_list=args.latency_list / 1000,
+        latency_commit=args.latency_commit / 1000,
+        kill_mode=args.kill_mode,
+        rename_errno=getattr(errno, rename_errno) if rename_errno else 0,
+        setattr_mode="ignore" if args.ignore_setattr else "deny" if args.no_setattr else "apply",
+        ready_fd=args.ready_fd,
+    )
+    bucket = Bucket(args.backing, opts)
+    stop, stats_thread = threading.Event(), None
+    if args.stats:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # before libfuse starts threads
+        stats_thread = threading.Thread(target=_serve_stats, args=(bucket, args.stats, stop), name="fusebucket-stats")
+        stats_thread.start()
+    try:
+        _FUSE(bucket, args.mountpoint, foreground=True, debug=args.debug, fsname="fusebucket",
+              attr_timeout=0, entry_timeout=0, negative_timeout=0, hard_remove=True)  # fmt: skip
+    finally:
+        if stats_thread is not None and stats_thread.ident is not None:
+            stop.set()
+            signal.pthread_kill(stats_thread.ident, signal.SIGUSR1)
+            stats_thread.join()
+            bucket.dump_stats(args.stats)
+    return 1 if bucket.counts["internal_error"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
