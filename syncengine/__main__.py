@@ -1,0 +1,7 @@
+"""``python -m syncengine`` runs the CLI."""
+
+import sys
+
+from syncengine.cli import main
+
+sys.exit(main())
