@@ -42,6 +42,8 @@ class Tree:
         env = {k: v for k, v in os.environ.items()
                if k not in ("SYNCENGINE_CONFIG", "AGENT_STATE_CHECKPOINT_SECONDS")}
         env.update(AM_LOCAL=str(self.local), DATA_DIR=str(self.data))
+        # Child processes import this checkout's syncengine, installed or not.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         env.update(extra)
         return env
 

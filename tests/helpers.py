@@ -1,0 +1,62 @@
+"""Small helpers shared by tests: tree snapshots and writer processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, int, int]]:
+    """(inode, size, mtime_ns, ctime_ns) of every entry below `root`, links not followed.
+
+    Two equal snapshots mean nothing under `root` was written, renamed or created.
+    """
+    out: dict[str, tuple[int, int, int, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            out[os.path.relpath(path, root)] = (st.st_ino, st.st_size, st.st_mtime_ns,
+                                                st.st_ctime_ns)
+    return out
+
+
+def files(root: Path) -> dict[str, bytes]:
+    """Relative path -> content of every regular file below `root`, skipping .syncengine."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".syncengine"]
+        for name in filenames:
+            path = Path(dirpath, name)
+            if path.is_file() and not path.is_symlink():
+                out[str(path.relative_to(root))] = path.read_bytes()
+    return out
+
+
+APPENDER = r"""
+import os, sys, time
+path, first = sys.argv[1], int(sys.argv[2])
+f = open(path, "a", buffering=1)
+n = 0
+for n in range(first):
+    f.write(f'{{"n": {n}, "text": "{"x" * 80}"}}\n')
+f.flush()
+print(os.path.getsize(path), flush=True)
+while True:  # keep appending, holding the descriptor open, until killed
+    n += 1
+    f.write(f'{{"n": {n}, "text": "{"y" * 80}"}}\n')
+    f.flush()
+    time.sleep(0.001)
+"""
+
+
+def start_appender(path: Path, first_lines: int) -> tuple[subprocess.Popen[str], int]:
+    """A process that appends to `path` forever; returns it and the size it first reported."""
+    proc = subprocess.Popen([sys.executable, "-c", APPENDER, str(path), str(first_lines)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, "appender died before writing"
+    return proc, int(line)

@@ -1,0 +1,249 @@
+"""Checkpoint of file trees, end to end through the CLI and the API."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CliRunner, EngineFactory, Tree
+from tests.helpers import files, snapshot, start_appender
+
+CODEX = "codex-home"
+DUR = "state/codex"
+
+
+def test_first_checkpoint_publishes_files_with_modes(tree: Tree, cli: CliRunner) -> None:
+    tree.write(f"{CODEX}/auth.json", '{"token": "s"}', mode=0o600)
+    tree.write(f"{CODEX}/sessions/2026/11/29/rollout-1.jsonl", '{"a": 1}\n')
+    tree.write(f"{CODEX}/state_5.sqlite", b"SQLite format 3\x00junk")
+    tree.write(f"{CODEX}/cache/blob", "cached")
+    cli("checkpoint", check=0)
+    durable = tree.data / DUR
+    assert files(durable) == {
+        "auth.json": b'{"token": "s"}',
+        "sessions/2026/11/29/rollout-1.jsonl": b'{"a": 1}\n',
+    }
+    assert stat.S_IMODE((durable / "auth.json").stat().st_mode) == 0o600
+    assert (durable / "auth.json").stat().st_mtime_ns == (
+        tree.local / CODEX / "auth.json").stat().st_mtime_ns
+    assert not list((durable / ".syncengine" / "staging").iterdir())
+
+
+def test_idle_and_touch_only_checkpoints_write_nothing_durable(tree: Tree, cli: CliRunner
+                                                               ) -> None:
+    old = time.time_ns() - 10 * 10**9  # older than the timestamp-granularity window
+    tree.write(f"{CODEX}/history.jsonl", "one\n", mtime_ns=old)
+    tree.write(f"{CODEX}/config.toml", "model = 'x'\n", mtime_ns=old)
+    cli("checkpoint", check=0)
+    before = snapshot(tree.data)
+    out = cli("checkpoint", check=0)
+    assert "codex: published 0 file(s)" in out.stdout
+    assert snapshot(tree.data) == before
+    # touch: mtime moves (still outside the granularity window), content does not
+    os.utime(tree.local / CODEX / "history.jsonl", ns=(old + 10**9, old + 10**9))
+    out = cli("checkpoint", check=0)
+    assert "codex: published 0 file(s), 0 bytes, 1 unchanged" in out.stdout
+    assert snapshot(tree.data) == before
+    out = cli("checkpoint", check=0)  # and the touched file is clean again
+    assert "codex: published 0 file(s), 0 bytes, 0 unchanged" in out.stdout
+
+
+def test_changed_file_is_published_and_manifest_grows_by_a_delta(tree: Tree, cli: CliRunner
+                                                                 ) -> None:
+    tree.write(f"{CODEX}/history.jsonl", "one\n")
+    cli("checkpoint", check=0)
+    tree.write(f"{CODEX}/history.jsonl", "one\ntwo\n")
+    cli("checkpoint", check=0)
+    assert (tree.data / DUR / "history.jsonl").read_bytes() == b"one\ntwo\n"
+    names = sorted(p.name for p in (tree.data / DUR / ".syncengine/manifest").iterdir())
+    assert names == ["000000000001.base.jsonl", "000000000002.delta.jsonl"]
+
+
+def test_shrunk_file_is_published(tree: Tree, cli: CliRunner) -> None:
+    tree.write(f"{CODEX}/history.jsonl", "a\n" * 1000)
+    cli("checkpoint", check=0)
+    tree.write(f"{CODEX}/history.jsonl", "b\n" * 10)  # Codex trims history.jsonl
+    cli("checkpoint", check=0)
+    assert (tree.data / DUR / "history.jsonl").read_bytes() == b"b\n" * 10
+
+
+def test_deleted_local_file_stays_durable(tree: Tree, cli: CliRunner) -> None:
+    tree.write(f"{CODEX}/sessions/old.jsonl", "kept\n")
+    tree.write(f"{CODEX}/history.jsonl", "h\n")
+    cli("checkpoint", check=0)
+    (tree.local / CODEX / "sessions/old.jsonl").unlink()
+    cli("checkpoint", check=0)
+    assert (tree.data / DUR / "sessions/old.jsonl").read_bytes() == b"kept\n"
+    shutil.rmtree(tree.local)
+    cli("restore", check=0)
+    assert (tree.local / CODEX / "sessions/old.jsonl").read_bytes() == b"kept\n"
+
+
+def test_symlink_is_recorded_not_followed(tree: Tree, cli: CliRunner) -> None:
+    tree.write(f"{CODEX}/config.toml", "x")
+    (tree.local / CODEX / "passwd").symlink_to("/etc/passwd")
+    cli("checkpoint", check=0)
+    durable = tree.data / DUR
+    assert not (durable / "passwd").exists() and not (durable / "passwd").is_symlink()
+    manifest = (durable / ".syncengine/manifest/000000000001.base.jsonl").read_text()
+    assert '"target":"/etc/passwd"' in manifest
+    assert "root:" not in "".join(p.read_text(errors="replace")
+                                  for p in durable.rglob("*") if p.is_file())
+    shutil.rmtree(tree.local)
+    cli("restore", check=0)
+    link = tree.local / CODEX / "passwd"
+    assert link.is_symlink() and os.readlink(link) == "/etc/passwd"
+
+
+def test_special_files_are_skipped_never_opened(tree: Tree, cli: CliRunner) -> None:
+    tree.write(f"{CODEX}/config.toml", "x")
+    os.mkfifo(tree.local / CODEX / "agent.fifo")  # opening it for read would block forever
+    out = cli("-v", "checkpoint", check=0, timeout=60)
+    assert "scan.skip-special adapter=codex path=agent.fifo" in out.stderr
+    assert not (tree.data / DUR / "agent.fifo").exists()
+
+
+def test_appending_writer_is_copied_up_to_what_it_wrote_then_restored_after_kill(
+        tree: Tree, cli: CliRunner) -> None:
+    rollout = tree.write(f"{CODEX}/sessions/2026/11/29/rollout-a.jsonl", "")
+    writer, size_before = start_appender(rollout, 2000)
+    try:
+        cli("checkpoint", check=0)
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        assert writer.stdout is not None
+        writer.stdout.close()
+    durable = (tree.data / DUR / "sessions/2026/11/29/rollout-a.jsonl").read_bytes()
+    assert len(durable) >= size_before  # everything written before the checkpoint began
+    assert rollout.read_bytes().startswith(durable)  # a prefix of the live file, no garbage
+    shutil.rmtree(tree.local)
+    cli("restore", check=0)
+    assert (tree.local / CODEX / "sessions/2026/11/29/rollout-a.jsonl").read_bytes() == durable
+
+
+def test_file_growing_during_copy_is_taken_again(tree: Tree, engine: EngineFactory) -> None:
+    rollout = tree.write(f"{CODEX}/sessions/r.jsonl", "")
+    writer, _ = start_appender(rollout, 100)
+    try:
+        eng = engine({"adapters": ["codex"]})
+        first = eng.checkpoint()
+        assert first.ok and first.files == 1
+        second = eng.checkpoint()  # the writer kept appending: not recorded as clean
+        assert second.ok and second.files == 1
+    finally:
+        writer.kill()
+        writer.wait()
+        assert writer.stdout is not None
+        writer.stdout.close()
+
+
+KILL_DURING_COPY = r"""
+import sys
+from syncengine.cli import main
+sys.exit(main(["checkpoint", "codex"]))
+"""
+
+
+def test_checkpoint_killed_mid_copy_keeps_old_copy_and_next_run_completes(
+        tree: Tree, cli: CliRunner) -> None:
+    big = tree.write(f"{CODEX}/sessions/big.jsonl", b"A" * 1_000_000)
+    cli("checkpoint", check=0)
+    with open(big, "r+b") as f:  # version B: 400 MB, mostly a hole (cheap to create)
+        f.truncate(400 * 2**20)
+        f.seek(0)
+        f.write(b"B" * 1000)
+    staging = tree.data / DUR / ".syncengine/staging"
+    proc = subprocess.Popen([sys.executable, "-c", KILL_DURING_COPY], env=tree.env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:  # wait for the temp object
+        temps = list(staging.glob("*.syncengine-tmp")) if staging.exists() else []
+        if temps and temps[0].stat().st_size > 0:
+            break
+    proc.kill()
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "checkpoint finished before it could be killed"
+    durable = tree.data / DUR / "sessions/big.jsonl"
+    assert durable.read_bytes() == b"A" * 1_000_000  # the old copy, intact
+    cli("checkpoint", check=0)
+    assert durable.stat().st_size == 400 * 2**20
+    with open(durable, "rb") as f:
+        assert f.read(1000) == b"B" * 1000
+    assert not list(staging.glob("*.syncengine-tmp"))  # the killed run's temp was swept
+
+
+def test_vanishing_file_is_not_an_error(tree: Tree, engine: EngineFactory) -> None:
+    tree.write(f"{CODEX}/a.json", "a")
+    eng = engine({"adapters": ["codex"]})
+    from syncengine import checkpoint as cp
+    from syncengine.plan import Upload
+
+    state = eng._state(eng.config.adapter("codex"))
+    (tree.local / CODEX / "a.json").unlink()  # deleted between scan and copy
+    rep = cp.run(state, [Upload("a.json", 1, "new")], started_ns=time.time_ns(), jobs=1)
+    assert rep.ok and rep.skipped == 1 and rep.files == 0
+
+
+@pytest.fixture
+def ro_data(tree: Tree) -> Path:
+    """Make the durable root a read-only bind mount (EROFS), as a full/locked target."""
+    ro = tree.base / "ro-data"
+    ro.mkdir()
+    r = subprocess.run(["mount", "--bind", str(tree.data), str(ro)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {r.stderr.decode().strip()}")
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], check=True)
+    yield ro
+    subprocess.run(["umount", str(ro)], check=True)
+
+
+def test_read_only_durable_root_fails_clearly_with_exit_1(tree: Tree, cli: CliRunner,
+                                                          ro_data: Path) -> None:
+    tree.write(f"{CODEX}/auth.json", "secret", mode=0o600)
+    out = cli("checkpoint", env=tree.env(DATA_DIR=str(ro_data)), check=1)
+    assert "Read-only file system" in out.stderr
+    assert str(ro_data) in out.stderr
+    assert "mounted read-write" in out.stderr
+
+
+def test_unreadable_file_is_reported_and_the_rest_goes_on(tree: Tree, cli: CliRunner) -> None:
+    setpriv = shutil.which("setpriv")
+    if os.getuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv (util-linux) to drop the DAC override capability")
+    tree.write(f"{CODEX}/ok.json", "ok")
+    tree.write(f"{CODEX}/locked.json", "no", mode=0o000)
+    drop = "-dac_override,-dac_read_search"  # root without these obeys file modes
+    proc = subprocess.run(
+        [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}", sys.executable, "-m",
+         "syncengine", "checkpoint", "codex"],
+        env=tree.env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "locked.json" in proc.stderr and "Permission denied" in proc.stderr
+    assert "incomplete" in proc.stderr
+    assert (tree.data / DUR / "ok.json").read_text() == "ok"
+    assert not (tree.data / DUR / "locked.json").exists()
+
+
+def test_missing_durable_root_is_an_error_not_created(tree: Tree, cli: CliRunner) -> None:
+    tree.write(f"{CODEX}/a.json", "a")
+    missing = tree.base / "not-mounted"
+    out = cli("checkpoint", env=tree.env(DATA_DIR=str(missing)), check=1)
+    assert "does not exist" in out.stderr and str(missing) in out.stderr
+    assert not missing.exists()
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tree: Tree, cli: CliRunner) -> None:
+    tree.write(f"{CODEX}/a.json", "abc")
+    before = snapshot(tree.data)
+    out = cli("checkpoint", "--dry-run", "codex", check=0)
+    assert "upload a.json (new, 3 bytes)" in out.stdout
+    assert snapshot(tree.data) == before

@@ -1,0 +1,239 @@
+"""Restore into empty and populated live trees, and path safety against hostile durable trees."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CliRunner, Tree
+from tests.helpers import files
+
+# Realistic state per built-in adapter (harnesses.md), relative to AM_LOCAL.
+HARNESS_FILES: dict[str, dict[str, tuple[str, int]]] = {
+    "codex": {
+        "codex-home/sessions/2026/11/29/rollout-2026-11-29T10-00-abc.jsonl": ('{"t":1}\n', 0o644),
+        "codex-home/archived_sessions/rollout-old.jsonl": ('{"t":0}\n', 0o644),
+        "codex-home/history.jsonl": ('{"h":1}\n', 0o644),
+        "codex-home/auth.json": ('{"token":"s"}', 0o600),
+        "codex-home/config.toml": ('model = "o"\n', 0o644),
+    },
+    "claude": {
+        "agent-state/claude/projects/-srv-app/0b1c.jsonl": ('{"m":1}\n', 0o644),
+        "agent-state/claude/projects/-srv-app/0b1c/subagents/agent-1.jsonl": ('{}\n', 0o644),
+        "agent-state/claude/.credentials.json": ('{"k":1}', 0o600),
+        "agent-state/claude/history.jsonl": ("{}\n", 0o644),
+    },
+    "gemini": {
+        "agent-state/gemini-home/.gemini/tmp/slug/chats/session-1-abcd1234.jsonl": ("{}\n", 0o644),
+        "agent-state/gemini-home/.gemini/projects.json": ("{}", 0o644),
+        "agent-state/gemini-home/.gemini/oauth_creds.json": ("{}", 0o600),
+    },
+    "openclaw": {
+        "oc-home/.openclaw/openclaw.json": ("{}", 0o644),
+        "oc-home/.openclaw/credentials/key.json": ("{}", 0o600),
+        "oc-home/.openclaw/agents/a1/sessions/s.jsonl": ("{}\n", 0o644),
+    },
+    "opencode": {
+        "opencode-share/opencode/storage/session/x.json": ("{}", 0o644),
+    },
+    "hermes": {
+        "hermes/config.yaml": ("a: 1\n", 0o644),
+    },
+}
+OLD = time.time_ns() - 3600 * 10**9
+
+
+def _populate(tree: Tree) -> None:
+    for i, (_name, entries) in enumerate(HARNESS_FILES.items()):
+        for rel, (text, mode) in entries.items():
+            tree.write(rel, text, mode=mode, mtime_ns=OLD + i)
+
+
+def _check_restored(tree: Tree) -> None:
+    for i, (_name, entries) in enumerate(HARNESS_FILES.items()):
+        for rel, (text, mode) in entries.items():
+            path = tree.local / rel
+            assert path.read_text() == text, rel
+            st = path.stat()
+            assert stat.S_IMODE(st.st_mode) == mode, rel
+            assert st.st_mtime_ns == OLD + i, rel
+
+
+def test_restore_each_builtin_adapter_into_an_empty_tree(tree: Tree, cli: CliRunner) -> None:
+    _populate(tree)
+    cli("checkpoint", check=0)
+    for name in HARNESS_FILES:
+        assert (tree.data / "state").exists(), name
+    shutil.rmtree(tree.local)
+    out = cli("restore", check=0)
+    for name, entries in HARNESS_FILES.items():
+        assert f"{name}: restored {len(entries)} file(s)" in out.stdout
+    _check_restored(tree)
+    # restored files are not uploaded again
+    before = {p: p.stat().st_mtime_ns for p in tree.data.rglob("*")}
+    out = cli("checkpoint", check=0)
+    assert "published 1" not in out.stdout and "unchanged" in out.stdout
+    assert {p: p.stat().st_mtime_ns for p in tree.data.rglob("*")} == before
+
+
+def test_restore_old_rsync_layout_without_manifest(tree: Tree, cli: CliRunner) -> None:
+    """State written by the old rsync script: plain files, mtimes preserved, no manifest."""
+    durable_of = {"codex": "state/codex", "claude": "state/claude", "gemini": "state/gemini",
+                  "openclaw": "state/openclaw-backup", "opencode": "state/opencode",
+                  "hermes": "state/hermes"}
+    live_of = {"codex": "codex-home", "claude": "agent-state/claude",
+               "gemini": "agent-state/gemini-home/.gemini", "openclaw": "oc-home/.openclaw",
+               "opencode": "opencode-share", "hermes": "hermes"}
+    for i, (name, entries) in enumerate(HARNESS_FILES.items()):
+        for rel, (text, mode) in entries.items():
+            dst = tree.data / durable_of[name] / Path(rel).relative_to(live_of[name])
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_text(text)
+            dst.chmod(mode)
+            os.utime(dst, ns=(OLD + i, OLD + i))
+    cli("restore", check=0)
+    _check_restored(tree)
+
+
+def test_hot_restart_keeps_a_newer_local_file(tree: Tree, cli: CliRunner) -> None:
+    tree.write("codex-home/history.jsonl", "durable\n", mtime_ns=OLD)
+    tree.write("codex-home/config.toml", "old\n", mtime_ns=OLD)
+    cli("checkpoint", check=0)
+    tree.write("codex-home/history.jsonl", "durable\nnewer local\n", mtime_ns=OLD + 10**9)
+    tree.write("codex-home/config.toml", "older local\n", mtime_ns=OLD - 10**9)
+    out = cli("restore", check=0)
+    assert "1 newer local kept" in out.stdout
+    assert (tree.local / "codex-home/history.jsonl").read_text() == "durable\nnewer local\n"
+    assert (tree.local / "codex-home/config.toml").read_text() == "old\n"  # older: replaced
+
+
+def test_first_checkpoint_after_restore_over_populated_tree_uploads_newer_files(
+        tree: Tree, cli: CliRunner) -> None:
+    for name in ("a", "b", "c"):
+        tree.write(f"codex-home/{name}.json", f"{name} durable", mtime_ns=OLD)
+    cli("checkpoint", check=0)
+    shutil.rmtree(tree.local / ".syncengine")  # a new container: local index gone
+    tree.write("codex-home/b.json", "b newer local", mtime_ns=OLD + 10**9)
+    tree.write("codex-home/d.json", "d only local", mtime_ns=OLD)
+    cli("restore", check=0)
+    out = cli("checkpoint", "codex", check=0)
+    assert "codex: published 2 file(s)" in out.stdout  # b (newer) and d (new), not a or c
+    assert (tree.data / "state/codex/b.json").read_text() == "b newer local"
+    assert (tree.data / "state/codex/d.json").read_text() == "d only local"
+
+
+def test_checkpoint_with_lost_index_does_not_reupload(tree: Tree, cli: CliRunner) -> None:
+    for i in range(20):
+        tree.write(f"codex-home/s/{i}.jsonl", f"{i}\n", mtime_ns=OLD)
+    cli("checkpoint", check=0)
+    shutil.rmtree(tree.local / ".syncengine")
+    out = cli("checkpoint", "codex", check=0)
+    assert "codex: published 0 file(s), 0 bytes, 20 unchanged" in out.stdout
+
+
+def _write_manifest(store: Path, entries: list[dict[str, object]]) -> None:
+    mdir = store / ".syncengine/manifest"
+    mdir.mkdir(parents=True)
+    lines = [json.dumps({"syncengine_manifest": 1, "adapter": "codex", "seq": 1,
+                         "type": "base", "created_ns": 1})]
+    lines += [json.dumps(e) for e in entries]
+    lines.append(json.dumps({"end": len(entries)}))
+    (mdir / "000000000001.base.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_hostile_manifest_cannot_make_restore_write_outside(tree: Tree, cli: CliRunner) -> None:
+    outside = tree.base / "outside"
+    outside.mkdir()
+    store = tree.data / "state/codex"
+    (store / "sub").mkdir(parents=True)
+    (store / "sub/ok.json").write_text("ok")
+    (store / "payload").write_text("evil")
+    _write_manifest(store, [
+        {"path": "../escape", "kind": "file", "size": 4, "mtime_ns": 1, "mode": 420,
+         "object": "payload"},
+        {"path": "/abs/escape", "kind": "file", "size": 4, "mtime_ns": 1, "mode": 420,
+         "object": "payload"},
+        {"path": "link", "kind": "symlink", "mtime_ns": 1, "target": str(outside)},
+        {"path": "link/escape", "kind": "file", "size": 4, "mtime_ns": 1, "mode": 420,
+         "object": "payload"},
+        {"path": "steal", "kind": "file", "size": 4, "mtime_ns": 1, "mode": 420,
+         "object": "../../../../etc/passwd"},
+        {"path": "sub/ok.json", "kind": "file", "size": 2, "mtime_ns": 1, "mode": 420},
+    ])
+    out = cli("restore", "codex", check=1)
+    assert list(outside.iterdir()) == []
+    assert not (tree.local / "escape").exists() and not (tree.base / "escape").exists()
+    assert not (tree.local / "codex-home/steal").exists()
+    for name in ("../escape", "/abs/escape", "link/escape", "steal"):
+        assert name in out.stderr
+    assert (tree.local / "codex-home/sub/ok.json").read_text() == "ok"  # the rest goes on
+
+
+def test_symlinked_directory_in_durable_tree_is_not_followed(tree: Tree, cli: CliRunner
+                                                             ) -> None:
+    outside = tree.base / "outside"
+    (outside / "secret").mkdir(parents=True)
+    (outside / "secret/key").write_text("host secret")
+    store = tree.data / "state/codex"
+    store.mkdir(parents=True)
+    (store / "sessions").symlink_to(outside / "secret")  # old layout walk, no manifest
+    (store / "config.toml").write_text("x")
+    cli("restore", "codex", check=0)
+    restored = tree.local / "codex-home/sessions"
+    assert restored.is_symlink()  # recreated as a link, never copied through
+    assert files(tree.local / "codex-home") == {"config.toml": b"x"}
+
+
+def test_live_symlinked_directory_is_not_written_through(tree: Tree, cli: CliRunner) -> None:
+    """Codex's old sessions -> /data symlink left in the live tree must not be written through."""
+    outside = tree.base / "outside"
+    outside.mkdir()
+    tree.write("codex-home/sessions/r.jsonl", "durable\n")
+    cli("checkpoint", check=0)
+    shutil.rmtree(tree.local / "codex-home/sessions")
+    (tree.local / "codex-home/sessions").symlink_to(outside)
+    out = cli("restore", "codex", check=1)
+    assert "sessions/r.jsonl" in out.stderr and "symlink" in out.stderr
+    assert list(outside.iterdir()) == []
+
+
+def test_missing_durable_object_fails_restore_naming_it(tree: Tree, cli: CliRunner) -> None:
+    tree.write("codex-home/a.json", "a")
+    tree.write("codex-home/b.json", "b")
+    cli("checkpoint", check=0)
+    (tree.data / "state/codex/a.json").unlink()
+    shutil.rmtree(tree.local)
+    out = cli("restore", check=1)
+    assert "a.json" in out.stderr and "missing on the durable side" in out.stderr
+    assert (tree.local / "codex-home/b.json").read_text() == "b"
+    status = json.loads(cli("status", "--json", check=0).stdout)
+    assert status["restore"]["complete"] is False
+
+
+def test_restore_dry_run_prints_plan_and_writes_nothing(tree: Tree, cli: CliRunner) -> None:
+    tree.write("codex-home/a.json", "abc")
+    cli("checkpoint", check=0)
+    shutil.rmtree(tree.local / "codex-home")
+    out = cli("restore", "--dry-run", "codex", check=0)
+    assert "restore a.json (missing, 3 bytes)" in out.stdout
+    assert not (tree.local / "codex-home").exists()
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o400])
+def test_restored_temp_files_are_never_more_readable_than_the_source(
+        tree: Tree, cli: CliRunner, mode: int) -> None:
+    from syncengine.savefile import temp_mode
+
+    assert temp_mode(mode) & 0o077 == 0
+    assert temp_mode(mode) & 0o444 <= mode & 0o444 | 0o000
+    tree.write("codex-home/auth.json", "s", mode=mode)
+    cli("checkpoint", check=0)
+    shutil.rmtree(tree.local)
+    cli("restore", check=0)
+    assert stat.S_IMODE((tree.local / "codex-home/auth.json").stat().st_mode) == mode

@@ -1,0 +1,97 @@
+"""Unit-level properties: exclusion patterns, index round trip, manifest, restore rule."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from syncengine.index import DIRTY, Index
+from syncengine.manifest import Entry, decode, encode
+from syncengine.patterns import compile_patterns
+from syncengine.plan import Fetch, KeepLocal, LocalState, plan_restore_entry
+from syncengine.safepath import UnsafePath, check_relpath
+
+
+@pytest.mark.parametrize(("path", "is_dir", "excluded"), [
+    ("x.sqlite", False, True),
+    ("deep/y.sqlite-wal", False, True),
+    ("cache", True, True),
+    ("a/cache", True, True),
+    ("a/cache.json", False, False),
+    ("p.lock", True, True),
+    ("p.lock", False, False),
+    ("top.txt", False, True),
+    ("s/top.txt", False, False),
+    ("a/b.json", False, True),
+    ("a/x/y/b.json", False, True),
+])
+def test_gitignore_style_patterns(path: str, is_dir: bool, excluded: bool) -> None:
+    m = compile_patterns(["*.sqlite*", "cache", "*.lock/", "/top.txt", "a/**/b.json"])
+    assert m.excluded(path, is_dir) is excluded
+
+
+paths = st.lists(st.text(st.characters(blacklist_characters="/\0", min_codepoint=32),
+                         min_size=1, max_size=12).filter(lambda s: s not in (".", "..")),
+                 min_size=1, max_size=4).map("/".join)
+ints = st.integers(min_value=0, max_value=2**62)
+
+
+@settings(max_examples=200)
+@given(st.dictionaries(paths, st.tuples(ints, ints, ints, st.integers(0, 2**64 - 1),
+                                        st.integers(0, 0o7777)), max_size=30))
+def test_index_round_trip(records: dict[str, tuple[int, int, int, int, int]]) -> None:
+    idx = Index()
+    for p, (size, mtime, ctime, h, mode) in records.items():
+        idx.record(p, size=size, mtime_ns=mtime, ctime_ns=ctime, hash64=h, mode=mode)
+    idx.meta["manifest_seq"] = 7
+    back = Index.loads(idx.dumps())
+    assert back.meta == {"manifest_seq": 7}
+    for p, (size, mtime, ctime, h, mode) in records.items():
+        rec = back.get(p)
+        assert rec is not None
+        assert (rec.size, rec.mtime_ns, rec.ctime_ns, rec.hash64, rec.mode) == (
+            size, mtime, ctime, h, mode)
+        assert back.unchanged(p, size, mtime, ctime)
+        back.mark_dirty(p)
+        assert not back.unchanged(p, size, mtime, ctime)
+        assert back.get(p).ctime_ns == DIRTY  # type: ignore[union-attr]
+
+
+def test_corrupt_index_is_treated_as_missing(tmp_path: object) -> None:
+    from pathlib import Path
+
+    p = Path(str(tmp_path)) / "x.idx"
+    p.write_bytes(b"SYNCIDX1garbage")
+    assert Index.load(p) is None
+
+
+def test_manifest_round_trip_and_truncation_detected() -> None:
+    entries = [Entry("a", "file", 3, 5, 0o600, 0xABC),
+               Entry("l", "symlink", mtime_ns=9, target="/etc/passwd"),
+               Entry("db", "sqlite", 10, 11, 0o644, 1, object="checkpoints/db",
+                     extra={"wal": [1, 2]})]
+    data = encode("codex", 1, "base", entries, created_ns=1)
+    header, back = decode(data)
+    assert header["seq"] == 1 and back == entries
+    assert back[2].extra == {"wal": [1, 2]}  # unknown fields survive
+    with pytest.raises(ValueError, match="truncated"):
+        decode(data[: len(data) // 2].rsplit(b"\n", 1)[0] + b"\n")
+
+
+@given(st.integers(0, 10**12), st.integers(0, 10**12), st.integers(0, 100),
+       st.integers(0, 100))
+def test_newer_local_file_is_never_overwritten(local_mtime: int, durable_mtime: int,
+                                               local_size: int, durable_size: int) -> None:
+    action = plan_restore_entry(Entry("p", "file", durable_size, durable_mtime),
+                                LocalState("file", local_size, local_mtime), unsafe=None)
+    if local_mtime >= durable_mtime:
+        assert isinstance(action, KeepLocal)
+    else:
+        assert isinstance(action, Fetch)
+
+
+@pytest.mark.parametrize("bad", ["", "/etc/passwd", "../x", "a/../../x", "a//b", "./a", "a\0b"])
+def test_unsafe_relative_paths_are_refused(bad: str) -> None:
+    with pytest.raises(UnsafePath):
+        check_relpath(bad)
