@@ -65,7 +65,8 @@ def is_mounted(path: Path) -> bool:
     target = os.path.join(os.path.realpath(path.parent), path.name)
     with open("/proc/self/mountinfo") as f:
         for line in f:
-            mount_point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4])  # \040: space
+            field = line.split()[4]  # octal escapes: \040 is a space
+            mount_point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
             if mount_point == target:
                 return True
     return False
@@ -99,7 +100,8 @@ class BucketMount:
         if not rename:
             self.options.append(f"--rename-errno={rename_errno}")
         if setattr_mode != "apply":
-            self.options.append({"ignore": "--ignore-setattr", "deny": "--no-setattr"}[setattr_mode])
+            flags = {"ignore": "--ignore-setattr", "deny": "--no-setattr"}
+            self.options.append(flags[setattr_mode])
         self.stats_enabled = stats
         self.process: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
@@ -110,7 +112,9 @@ class BucketMount:
     def __enter__(self) -> BucketMount:
         return self.mount()
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.unmount()
 
     @property
@@ -126,8 +130,10 @@ class BucketMount:
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         # Beside the mountpoint, never in the backing dir (that is the bucket).
-        self._workdir = Path(tempfile.mkdtemp(prefix=f".{self.mountpoint.name}.fusebucket-", dir=self.mountpoint.parent))
-        command = [sys.executable, str(EMULATOR), str(self.backing), str(self.mountpoint), *self.options]
+        prefix = f".{self.mountpoint.name}.fusebucket-"
+        self._workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=self.mountpoint.parent))
+        command = [sys.executable, str(EMULATOR), str(self.backing), str(self.mountpoint)]
+        command += self.options
         if self.stats_enabled:
             command.append(f"--stats={self._workdir / 'stats.json'}")
         ready_r, ready_w = os.pipe()  # the daemon writes "ready" from FUSE init
@@ -137,7 +143,7 @@ class BucketMount:
                     self.process = subprocess.Popen(
                         [*command, f"--ready-fd={ready_w}"],
                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(ready_w,),
-                    )  # fmt: skip
+                    )
                 finally:
                     os.close(ready_w)  # so that its death reads as EOF
             readable, _, _ = select.select([ready_r], [], [], READY_TIMEOUT)
@@ -148,7 +154,8 @@ class BucketMount:
             self.kill()
             reason = self._stderr()
             self.unmount()
-            raise RuntimeError(f"fusebucket did not mount {self.mountpoint}: {reason or 'timed out'}")
+            why = reason or "timed out"
+            raise RuntimeError(f"fusebucket did not mount {self.mountpoint}: {why}")
         return self
 
     def stats(self, timeout: float = 5.0) -> dict[str, int]:
@@ -158,13 +165,16 @@ class BucketMount:
         if self._final_stats is not None:
             return dict(self._final_stats)
         before, _ = self._read_stats()
-        os.kill(self.pid, signal.SIGUSR1)
+        process = self.process
+        if process is None:
+            raise RuntimeError("fusebucket is not running")
+        process.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + timeout
-        while True:  # the daemon writes the file atomically with a new seq
+        while True:  # the daemon replaces the file with a higher seq
             seq, counts = self._read_stats()
             if seq > before:
                 return counts
-            if time.monotonic() > deadline or self.process is None or self.process.poll() is not None:
+            if time.monotonic() > deadline or process.poll() is not None:
                 raise RuntimeError(f"fusebucket wrote no stats: {self._stderr()}")
             time.sleep(0.005)
 
@@ -194,13 +204,14 @@ class BucketMount:
                 code = self.process.wait(timeout=READY_TIMEOUT)
             except subprocess.TimeoutExpired:
                 self.kill()
-                raise RuntimeError(f"fusebucket did not exit after unmount: {self._stderr()}") from None
+                why = self._stderr()
+                raise RuntimeError(f"fusebucket did not exit after unmount: {why}") from None
             if self.stats_enabled:
                 self._final_stats = self._read_stats()[1]
             if code != 0 and not self._killed:
                 raise RuntimeError(f"fusebucket exited with {code}: {self._stderr()}")
             if busy:
-                raise RuntimeError(f"{self.mountpoint} was busy at unmount: a file or directory under it was open")
+                raise RuntimeError(f"{self.mountpoint} was busy at unmount: a file was open")
         finally:
             if self._workdir is not None:
                 shutil.rmtree(self._workdir, ignore_errors=True)
@@ -224,8 +235,8 @@ class BucketMount:
 
 
 def _fusermount(flag: str, mountpoint: Path) -> bool:
-    result = subprocess.run(["fusermount3", flag, str(mountpoint)], capture_output=True, check=False)
-    return result.returncode == 0
+    done = subprocess.run(["fusermount3", flag, str(mountpoint)], capture_output=True, check=False)
+    return done.returncode == 0
 
 
 def _require_fuse() -> None:

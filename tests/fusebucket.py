@@ -2,51 +2,37 @@
 
     python -m tests.fusebucket BACKING MOUNTPOINT [options]   (or tests/fusebucket.py)
 
-BACKING plays the bucket; MOUNTPOINT plays `/data`. Owns only the emulation:
-tests mount it through tests/bucket_mount.py. See docs/durable-target.md.
+BACKING plays the bucket, MOUNTPOINT plays `/data` (docs/durable-target.md);
+tests mount it through tests/bucket_mount.py. Emulated, as hf-mount v0.9 does:
+- A write handle is a bytearray made by create() or open(O_TRUNC); any other
+  open for writing is EPERM, a write off the end EINVAL, a read EBADF, and
+  truncate() works on it alone (EPERM on a committed file). fsync does nothing.
+- Commit = temp file in BACKING/.fusebucket-tmp (hidden from the mount), then
+  os.replace. It happens in flush(), inside close(), when the closer is the
+  process that opened the handle, as hf-mount's `flush` does: release() reaches
+  us after close() has returned, so committing there races with the caller.
+  A close from another process (an inherited descriptor) commits on release.
+- Until then stat shows the bytes written so far; readers and the bucket see
+  the previous object. unlink of an open file uploads nothing.
+- A killed writer's descriptors are closed (flushed) by the kernel as it dies:
+  `--kill-mode commit` (hf-mount) publishes the truncated bytes, `discard`
+  keeps the previous object. A writer that exits without closing commits.
+- mkdir is in memory only, and backing directories left empty are removed
+  (a bucket has no empty prefix) but stay visible until unmount.
+- File rename is one os.replace. Directory rename moves the backing directory;
+  hf-mount re-adds and deletes each file below it: slow, not atomic.
+  `--no-rename`/`--rename-errno` refuse renames, like Mountpoint for S3.
+- Symlinks are real symlinks in BACKING. chmod/chown/utimens apply to the
+  backing file (`--ignore-setattr`: no-op, `--no-setattr`: EPERM); a pending
+  file's mtime is its commit time.
+Not emulated: metadata caches (timeouts are 0), phantom prefix directories
+(hf-mount < 0.9.2), advanced writes, failing commits, locks, xattrs, hard
+links, other writers to the bucket.
 
-Emulated (hf-mount v0.9, streaming mode, FUSE):
-- A write handle lives in memory. It can only be made by create() or by open
-  with O_TRUNC; any other open for writing fails with EPERM. A write anywhere
-  but the end of the buffer fails with EINVAL; read() on it fails with EBADF.
-- Commit = write a temp file in BACKING/.fusebucket-tmp (never visible through
-  the mount) and os.replace() it into place. It happens in flush(), i.e. inside
-  close(), when the closing process is the one that opened the handle: that is
-  what hf-mount does (src/virtual_fs/mod.rs `flush`), and release() reaches the
-  daemon only after close() has returned, so committing there would race with
-  whatever the caller does next. A close from another process (an inherited or
-  dup'd descriptor) defers the commit to release(). fsync() does nothing.
-- While a handle is open, stat shows the new file with the bytes written so
-  far; opens for reading and the bucket still see the previous object.
-- A writer killed by a signal still has its descriptors closed by the kernel,
-  which flushes them on the dying process's behalf: `--kill-mode commit`
-  (hf-mount) publishes the truncated bytes, `--kill-mode discard` drops them
-  and keeps the previous object. A writer that exits without closing commits.
-- mkdir exists only in memory; a bucket stores no empty directory, so backing
-  directories left empty by unlink/rename/rmdir are removed and stay visible in
-  memory until unmount, like hf-mount's inode table.
-- Rename of a file is one os.replace (overwrites). Rename of a directory moves
-  the backing directory at once; hf-mount re-adds and deletes every file below
-  it, which is slow and not atomic. `--no-rename` fails every rename with EXDEV
-  (or `--rename-errno`), like Mountpoint for S3.
-- Symlinks are stored as real symlinks in BACKING (hf-mount keeps them as
-  objects); `link` fails with EOPNOTSUPP as on hf-mount.
-- truncate() works on an open write handle only; on a committed file it is
-  EPERM. chmod/chown/utimens apply to the backing file (`--ignore-setattr`:
-  succeed and do nothing, `--no-setattr`: EPERM). A pending file's mtime is its
-  commit time, as hf-mount stamps it.
-
-Not emulated: metadata caching (attr/entry/negative timeouts are 0 so tests see
-changes at once), the phantom-prefix directories of hf-mount < 0.9.2, advanced
-write mode, failed commits other than the backing filesystem's own errors,
-locks, xattrs, SQLite behaviour, other clients writing to the bucket.
-
-Runs in the foreground, multithreaded (one lock guards the state; latency
-sleeps happen outside it). It asks for SIGTERM when its parent dies
-(PR_SET_PDEATHSIG) and unmounts itself on SIGTERM/SIGINT (libfuse's handlers).
-`--stats FILE` counts operations; the counts are written as JSON
-{"seq": n, "counts": {...}} on SIGUSR1 and at exit. libfuse 3.14 prints
-"Ignoring invalid max threads value" at start: harmless.
+Foreground, multithreaded: one lock guards the state, latency sleeps happen
+outside it. Dies with its parent (PR_SET_PDEATHSIG) and unmounts on
+SIGTERM/SIGINT. `--stats FILE` gets {"seq": n, "counts": {...}} on SIGUSR1 and
+at exit. libfuse 3.14's "Ignoring invalid max threads value" is harmless.
 """
 
 from __future__ import annotations
@@ -75,11 +61,10 @@ import mfusepy
 
 STAGING = ".fusebucket-tmp"
 PF_EXITING = 0x4  # include/linux/sched.h
-UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2  # libfuse 3 passes tv_sec 0 with these
+UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2  # libfuse 3 sends them with tv_sec 0
 RENAME_NOREPLACE = 1
 STAT_KEYS = ("st_mode", "st_nlink", "st_size", "st_uid", "st_gid", "st_blocks")
 log = logging.getLogger("fusebucket")
-
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -89,41 +74,20 @@ def _fail(code: int) -> NoReturn:
 
 
 @dataclass
-class Options:
-    latency_meta: float = 0.0  # seconds per metadata operation
-    latency_list: float = 0.0  # seconds per readdir
-    latency_commit: float = 0.0  # seconds per commit
-    kill_mode: str = "commit"
-    rename_errno: int = 0  # 0: rename works
-    setattr_mode: str = "apply"  # apply | ignore | deny
-    ready_fd: int | None = None
-
-
-@dataclass
 class WriteHandle:
     path: str
     mode: int
     uid: int
     gid: int
-    opener: int  # thread-group id of the process that opened the handle
+    opener: int  # thread-group id of the process that opened it
     buf: bytearray = field(default_factory=bytearray)
     mtime_ns: int = field(default_factory=time.time_ns)
     dirty: bool = True  # holds bytes the bucket has not seen
-    dropped: bool = False  # unlinked or discarded: never committed
-
-
-def _proc_stat(tid: int) -> list[str]:
-    """Fields of /proc/TID/stat after the command name ([] if gone)."""
-    try:
-        with open(f"/proc/{tid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return []
-    return text[text.rindex(")") + 2 :].split()
+    dropped: bool = False  # unlinked, overwritten or discarded: never committed
 
 
 def _tgid(tid: int) -> int:
-    """FUSE reports the calling thread; handles belong to its process."""
+    """FUSE gives the calling thread; a handle belongs to its process."""
     with contextlib.suppress(OSError), open(f"/proc/{tid}/status") as f:
         for line in f:
             if line.startswith("Tgid:"):
@@ -134,27 +98,28 @@ def _tgid(tid: int) -> int:
 def _killed_by_signal(tid: int) -> bool:
     """Whether TID is exiting because of a signal.
 
-    do_exit() sets PF_EXITING and exit_code before it closes the files, and
-    the dying task waits for our flush reply, so it is still there to look at.
-    Fields 9 (flags) and 52 (exit_code, readable by root) of proc_pid_stat(5).
+    do_exit() sets PF_EXITING and exit_code before closing the files, and the
+    dying task waits for our flush reply, so it is still there to look at.
+    Fields 9 (flags) and 52 (exit_code, root only) of proc_pid_stat(5).
     """
-    fields = _proc_stat(tid)
-    if len(fields) < 50:
+    try:
+        with open(f"/proc/{tid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
         return False
-    return bool(int(fields[6]) & PF_EXITING) and int(fields[49]) & 0x7F != 0
+    return len(fields) > 49 and bool(int(fields[6]) & PF_EXITING) and int(fields[49]) & 0x7F != 0
 
 
 def _op(
     kind: str, latency: str | None = "meta", locked: bool = True
 ) -> Callable[[Callable[Concatenate[Bucket, P], R]], Callable[Concatenate[Bucket, P], R]]:
-    """Count the call as KIND (errors as KIND.ERRNO), sleep, run under the lock."""
+    """Count the call as KIND (a failure also as KIND.ERRNO), sleep, then run it locked."""
 
     def wrap(fn: Callable[Concatenate[Bucket, P], R]) -> Callable[Concatenate[Bucket, P], R]:
-        @functools.wraps(fn)
-        def run(self: Bucket, *args: P.args, **kwargs: P.kwargs) -> R:
+        def run(self: Bucket, /, *args: P.args, **kwargs: P.kwargs) -> R:
             self.count(kind)
             if latency:
-                time.sleep(getattr(self.opts, f"latency_{latency}"))
+                time.sleep(getattr(self.args, f"latency_{latency}") / 1000)
             try:
                 with self._lock if locked else contextlib.nullcontext():
                     return fn(self, *args, **kwargs)
@@ -162,10 +127,11 @@ def _op(
                 self.count(f"{kind}.{errno.errorcode.get(e.errno or 0, e.errno)}")
                 raise
             except Exception:
-                self.count("internal_error")
+                self.count("internal_error")  # makes the daemon exit 1
                 log.exception("fusebucket: internal error in %s%r", kind, args)
                 raise
 
+        functools.update_wrapper(run, fn)  # mfusepy inspects create()'s signature
         return run
 
     return wrap
@@ -174,23 +140,22 @@ def _op(
 class Bucket(mfusepy.Operations):  # type: ignore[misc]
     use_ns = True
 
-    def __init__(self, backing: str, opts: Options) -> None:
-        self.root = os.path.realpath(backing)
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.root = os.path.realpath(args.backing)
         self.staging = os.path.join(self.root, STAGING)
         os.makedirs(self.staging, exist_ok=True)
-        for stale in os.listdir(self.staging):  # commits cut short by a SIGKILL
+        for stale in os.listdir(self.staging):  # commits cut short by SIGKILL
             os.unlink(os.path.join(self.staging, stale))
-        self.opts = opts
         self._lock = threading.Lock()  # not `lock`: mfusepy would take it for fcntl locking
         self.dirs: dict[str, int] = {}  # in-memory directories: path -> mode
         self.writers: dict[int, WriteHandle] = {}
-        self.readers: dict[int, int | None] = {}  # fh -> backing fd (None: not committed yet)
+        self.readers: dict[int, int | None] = {}  # fh -> backing fd, None: nothing committed
         self.fhs = itertools.count(1)
         self.counts: Counter[str] = Counter()
         self.stats_lock = threading.Lock()
         self.seq = 0
 
-    # -- bookkeeping --
     def count(self, key: str) -> None:
         with self.stats_lock:
             self.counts[key] += 1
@@ -203,6 +168,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
             json.dump(data, f)
         os.replace(path + ".tmp", path)
 
+    # -- the merged view: backing tree + in-memory dirs + pending writes --
     def _real(self, path: str) -> str:
         rel = path.lstrip("/")
         if rel.split("/", 1)[0] == STAGING:
@@ -240,7 +206,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         return names
 
     def _prune(self, path: str) -> None:
-        """Remove backing directories left empty; keep them visible in memory."""
+        """Remove backing directories left empty; they stay visible in memory."""
         while path != "/":
             try:
                 os.rmdir(self._real(path))
@@ -256,7 +222,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         return fh
 
     def _commit(self, h: WriteHandle) -> None:
-        time.sleep(self.opts.latency_commit)
+        time.sleep(self.args.latency_commit / 1000)
         with self._lock:
             if h.dropped or not h.dirty:
                 return
@@ -275,44 +241,42 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
             h.dirty = False
         self.count("commit")
 
-    def _may_setattr(self) -> bool:
-        if self.opts.setattr_mode == "deny":
+    def _setattr(self, path: str | None, apply: Callable[[str, os.stat_result], object]) -> int:
+        """chmod/chown/utimens reach committed objects only."""
+        if self.args.no_setattr:
             _fail(errno.EPERM)
-        return self.opts.setattr_mode == "apply"
+        st = self._lstat(path) if path else None
+        if path and st and not self.args.ignore_setattr and not self._writer(path):
+            apply(self._real(path), st)
+        return 0
 
     # -- FUSE operations --
     def init(self, path: str) -> None:
-        if self.opts.ready_fd is not None:  # the kernel has the mount: tell BucketMount
-            os.write(self.opts.ready_fd, b"ready\n")
-            os.close(self.opts.ready_fd)
+        if self.args.ready_fd is not None:  # the kernel has the mount: tell BucketMount
+            os.write(self.args.ready_fd, b"ready\n")
+            os.close(self.args.ready_fd)
 
     @_op("getattr")
     def getattr(self, path: str | None, fh: int | None = None) -> dict[str, Any]:
-        h = self.writers.get(fh) if fh is not None else None
-        if path is None and h is None:
-            _fail(errno.ENOENT)
-        h = h or self._writer(path or "")
+        h = self.writers.get(fh or 0) or self._writer(path or "")
         if h:
             t = h.mtime_ns
-            mode = stat.S_IFREG | h.mode
-            return {"st_mode": mode, "st_nlink": 1, "st_size": len(h.buf), "st_uid": h.uid,
-                    "st_gid": h.gid, "st_atime": t, "st_mtime": t, "st_ctime": t}  # fmt: skip
-        st = self._lstat(path or "")
-        if st is None and path in self.dirs:
-            st, mode = os.lstat(self.root), stat.S_IFDIR | self.dirs[path]
-        elif st is None:
-            _fail(errno.ENOENT)
-        else:
+            return {"st_mode": stat.S_IFREG | h.mode, "st_nlink": 1, "st_size": len(h.buf),
+                    "st_uid": h.uid, "st_gid": h.gid, "st_atime": t, "st_mtime": t, "st_ctime": t}
+        st = self._lstat(path) if path else None
+        if st is not None:
             mode = st.st_mode
+        elif path in self.dirs:
+            st, mode = os.lstat(self.root), stat.S_IFDIR | self.dirs[path]
+        else:
+            _fail(errno.ENOENT)
         attrs = {key: getattr(st, key) for key in STAT_KEYS}
-        attrs.update(st_mode=mode, st_atime=st.st_atime_ns, st_mtime=st.st_mtime_ns, st_ctime=st.st_ctime_ns)
-        return attrs
+        return attrs | {"st_mode": mode, "st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns,
+                        "st_ctime": st.st_ctime_ns}
 
     @_op("access")
     def access(self, path: str, amode: int) -> int:
-        if self._kind(path) is None:
-            _fail(errno.ENOENT)
-        return 0
+        return 0 if self._kind(path) else _fail(errno.ENOENT)
 
     @_op("opendir")
     def opendir(self, path: str) -> int:
@@ -340,7 +304,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
             self.readers[fh] = fd
             self.count("open_read")
             return fh
-        if not flags & os.O_TRUNC:  # hf-mount streaming: no append, no read-modify-write
+        if not flags & os.O_TRUNC:  # streaming mode: no append, no read-modify-write
             _fail(errno.EPERM)
         h, st = self._writer(path), self._lstat(path)
         self.count("open_write")
@@ -366,7 +330,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
 
     @_op("truncate")
     def truncate(self, path: str | None, length: int, fh: int | None = None) -> int:
-        h = (self.writers.get(fh) if fh is not None else None) or self._writer(path or "")
+        h = self.writers.get(fh or 0) or self._writer(path or "")
         if h is None:
             _fail(errno.EPERM if path and self._kind(path) else errno.ENOENT)
         del h.buf[length:]
@@ -376,7 +340,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
 
     @_op("fsync", latency=None)
     def fsync(self, path: str | None, datasync: int, fh: int) -> int:
-        return 0  # hf-mount: success, nothing reaches the bucket
+        return 0  # hf-mount: success, and nothing reaches the bucket
 
     @_op("flush", latency=None, locked=False)
     def flush(self, path: str | None, fh: int) -> int:
@@ -385,7 +349,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
             h = self.writers.get(fh)
             if h is None or h.dropped:
                 return 0
-            if self.opts.kill_mode == "discard" and _killed_by_signal(tid):
+            if self.args.kill_mode == "discard" and _killed_by_signal(tid):
                 h.dropped = True
                 self.count("discard")
                 return 0
@@ -446,18 +410,18 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
 
     @_op("rename")
     def rename(self, old: str, new: str, flags: int = 0) -> int:
-        if self.opts.rename_errno:
-            _fail(self.opts.rename_errno)
+        if self.args.rename_errno:
+            _fail(getattr(errno, self.args.rename_errno))
         if flags & ~RENAME_NOREPLACE:
             _fail(errno.EINVAL)  # RENAME_EXCHANGE, RENAME_WHITEOUT: hf-mount refuses them too
         src, dst = self._real(old), self._real(new)
         kind, target = self._kind(old), self._kind(new)
         if kind is None:
             _fail(errno.ENOENT)
-        if old == new:
-            return 0
         if kind == "dir" and new.startswith(old + "/"):
             _fail(errno.EINVAL)
+        if old == new:
+            return 0
         if target is not None:
             if flags & RENAME_NOREPLACE:
                 _fail(errno.EEXIST)
@@ -472,7 +436,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         elif os.path.isdir(dst) and not os.path.islink(dst):
             os.rmdir(dst)  # an in-memory directory replaces an empty one
         elif os.path.lexists(dst):
-            os.unlink(dst)  # a file not yet committed takes over the name
+            os.unlink(dst)  # a file not committed yet takes over the name
         for h in self.writers.values():
             if h.path == new:
                 h.dropped = True  # the overwritten file's pending bytes go with it
@@ -485,7 +449,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
 
     @_op("symlink")
     def symlink(self, target: str, source: str) -> int:
-        real = self._real(target)  # mfusepy: TARGET is the link, SOURCE its contents
+        real = self._real(target)  # mfusepy: TARGET is the link, SOURCE what it points to
         if self._kind(target) is not None:
             _fail(errno.EEXIST)
         os.makedirs(os.path.dirname(real), exist_ok=True)
@@ -496,46 +460,30 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
     def readlink(self, path: str) -> str:
         return os.readlink(self._real(path))
 
-    @_op("link")
-    def link(self, target: str, source: str) -> int:
-        _fail(errno.EOPNOTSUPP)
-
     @_op("chmod")
     def chmod(self, path: str | None, mode: int) -> int:
-        h = self._writer(path or "")
-        if not self._may_setattr() or path is None:
-            return 0
-        if h:
-            h.mode = stat.S_IMODE(mode)
-        elif path in self.dirs and self._lstat(path) is None:
-            self.dirs[path] = stat.S_IMODE(mode)
-        else:
-            os.chmod(self._real(path), stat.S_IMODE(mode))
-        return 0
+        return self._setattr(path, lambda real, st: os.chmod(real, stat.S_IMODE(mode)))
 
     @_op("chown")
     def chown(self, path: str | None, uid: int, gid: int) -> int:
-        if self._may_setattr() and path and not self._writer(path) and self._lstat(path):
-            os.chown(self._real(path), uid, gid, follow_symlinks=False)
-        return 0
+        return self._setattr(path, lambda real, st: os.chown(real, uid, gid, follow_symlinks=False))
 
     @_op("utimens")
     def utimens(self, path: str | None, times: tuple[int, int] | None = None) -> int:
-        st = self._lstat(path) if path else None
-        if not self._may_setattr() or st is None or self._writer(path or ""):
-            return 0  # a pending file's mtime is its commit time
-        now = time.time_ns()
-        a, m = times or (UTIME_NOW, UTIME_NOW)
-        a = now if a == UTIME_NOW else st.st_atime_ns if a == UTIME_OMIT else a
-        m = now if m == UTIME_NOW else st.st_mtime_ns if m == UTIME_OMIT else m
-        os.utime(self._real(path or ""), ns=(a, m), follow_symlinks=False)
-        return 0
+        def apply(real: str, st: os.stat_result) -> None:
+            now, old = time.time_ns(), (st.st_atime_ns, st.st_mtime_ns)
+            new = times or (UTIME_NOW, UTIME_NOW)
+            a, m = (now if t == UTIME_NOW else o if t == UTIME_OMIT else t
+                    for t, o in zip(new, old, strict=True))
+            os.utime(real, ns=(a, m), follow_symlinks=False)
+
+        return self._setattr(path, apply)
 
     @_op("statfs", latency=None)
     def statfs(self, path: str) -> dict[str, int]:
         sv = os.statvfs(self.root)
-        keys = ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_favail")
-        return {key: getattr(sv, key) for key in keys} | {"f_namemax": sv.f_namemax}
+        keys = ["f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree"]
+        return {key: getattr(sv, key) for key in [*keys, "f_namemax"]}
 
 
 class _FUSE(mfusepy.FUSE):  # type: ignore[misc]
@@ -550,10 +498,9 @@ class _FUSE(mfusepy.FUSE):  # type: ignore[misc]
 
 
 def _die_with_parent() -> None:
-    """SIGTERM us when the parent dies, so a killed test run leaves no mount."""
+    """Get SIGTERM when the parent dies, so a killed test run leaves no mount."""
     parent = os.getppid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(1, signal.SIGTERM, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+    if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
     if os.getppid() != parent:
         sys.exit("fusebucket: parent exited during startup")
@@ -561,10 +508,7 @@ def _die_with_parent() -> None:
 
 def _serve_stats(bucket: Bucket, path: str, stop: threading.Event) -> None:
     """Write the counts on each SIGUSR1 (blocked in every thread, taken here)."""
-    while True:
-        signal.sigwait({signal.SIGUSR1})
-        if stop.is_set():
-            return
+    while signal.sigwait({signal.SIGUSR1}) and not stop.is_set():
         bucket.dump_stats(path)
 
 
@@ -572,46 +516,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="fusebucket", description=__doc__.split("\n", 1)[0])
     p.add_argument("backing")
     p.add_argument("mountpoint")
-    p.add_argument("--latency-meta", type=float, default=0.0, metavar="MS")
-    p.add_argument("--latency-list", type=float, default=0.0, metavar="MS")
-    p.add_argument("--latency-commit", type=float, default=0.0, metavar="MS")
+    for kind in ("meta", "list", "commit"):
+        p.add_argument(f"--latency-{kind}", type=float, default=0.0, metavar="MS")
     p.add_argument("--kill-mode", choices=("commit", "discard"), default="commit")
-    p.add_argument("--no-rename", action="store_true", help="rename fails with EXDEV")
+    p.add_argument("--no-rename", action="store_const", const="EXDEV", dest="rename_errno")
     p.add_argument("--rename-errno", choices=("EXDEV", "ENOSYS", "EPERM", "EOPNOTSUPP"))
-    group = p.add_mutually_exclusive_group()
-    group.add_argument("--ignore-setattr", action="store_true", help="chmod/chown/utimens do nothing")
-    group.add_argument("--no-setattr", action="store_true", help="chmod/chown/utimens fail with EPERM")
-    p.add_argument("--stats", metavar="FILE", help="JSON operation counts, on SIGUSR1 and at exit")
-    p.add_argument("--ready-fd", type=int, metavar="FD", help="write 'ready' here once mounted")
-    p.add_argument("--debug", action="store_true", help="libfuse debug output")
+    setattr_mode = p.add_mutually_exclusive_group()  # chmod/chown/utimens: no-op, or EPERM
+    setattr_mode.add_argument("--ignore-setattr", action="store_true")
+    setattr_mode.add_argument("--no-setattr", action="store_true")
+    p.add_argument("--stats", metavar="FILE", help="JSON counts, on SIGUSR1 and at exit")
+    p.add_argument("--ready-fd", type=int, metavar="FD", help="write 'ready' to FD once mounted")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     _die_with_parent()
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(message)s")
-    rename_errno = args.rename_errno or ("EXDEV" if args.no_rename else None)
-    opts = Options(
-        latency_meta=args.latency_meta / 1000,
-        latency_list=args.latency_list / 1000,
-        latency_commit=args.latency_commit / 1000,
-        kill_mode=args.kill_mode,
-        rename_errno=getattr(errno, rename_errno) if rename_errno else 0,
-        setattr_mode="ignore" if args.ignore_setattr else "deny" if args.no_setattr else "apply",
-        ready_fd=args.ready_fd,
-    )
-    bucket = Bucket(args.backing, opts)
-    stop, stats_thread = threading.Event(), None
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    bucket = Bucket(args)
+    stop = threading.Event()
+    stats_thread = threading.Thread(target=_serve_stats, args=(bucket, args.stats, stop))
     if args.stats:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # before libfuse starts threads
-        stats_thread = threading.Thread(target=_serve_stats, args=(bucket, args.stats, stop), name="fusebucket-stats")
         stats_thread.start()
     try:
-        _FUSE(bucket, args.mountpoint, foreground=True, debug=args.debug, fsname="fusebucket",
-              attr_timeout=0, entry_timeout=0, negative_timeout=0, hard_remove=True)  # fmt: skip
+        # hard_remove: else libfuse renames an open file on unlink to .fuse_hidden*.
+        _FUSE(bucket, args.mountpoint, foreground=True, fsname="fusebucket", hard_remove=True,
+              attr_timeout=0, entry_timeout=0, negative_timeout=0)
+    except RuntimeError as e:
+        if e.args != (8,):  # libfuse's fuse_main_real: the loop ended on SIGTERM/SIGINT
+            raise
     finally:
-        if stats_thread is not None and stats_thread.ident is not None:
+        if stats_thread.ident is not None:
             stop.set()
             signal.pthread_kill(stats_thread.ident, signal.SIGUSR1)
             stats_thread.join()
