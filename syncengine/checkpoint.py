@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -91,12 +91,15 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     uploads = [a for a in actions if isinstance(a, Upload)]
     if uploads:
         _prepare_staging(state)
+    results = _execute_uploads(state, uploads, jobs)
     try:
-        for action, result in _execute_uploads(state, uploads, jobs):
+        for action, result in results:
             _collect(state, action, result, done, errors, counts)
     except DurableError as exc:
         fatal = str(exc)
         log.error("checkpoint.durable-failed adapter=%s error=%s", state.name, exc)
+    finally:
+        results.close()  # cancel queued copies, wait for running ones
     for other in actions:
         if isinstance(other, RecordLink):
             _record_link(state, other.path, done, errors, counts)
@@ -132,7 +135,7 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
 
 
 def _execute_uploads(state: AdapterState, uploads: list[Upload], jobs: int
-                     ) -> Iterable[tuple[Upload, Copied | Exception]]:
+                     ) -> Generator[tuple[Upload, Copied | Exception], None, None]:
     def one(action: Upload) -> Copied | Exception:
         rec = state.index.get(action.path)
         known = rec is not None and rec.kind == "file"

@@ -22,7 +22,7 @@ from syncengine import checkpoint, restore, savefile
 from syncengine.checkpoint import AdapterState
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.errors import ConfigError, DurableError, LockBusy, durable_error
-from syncengine.index import DIRTY, Index
+from syncengine.index import DIRTY, Index, file_signature
 from syncengine.lock import StateLock
 from syncengine.manifest import load as load_manifest
 from syncengine.patterns import Matcher, compile_patterns
@@ -81,6 +81,10 @@ class Engine:
     def _state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:
         index = self._indexes.get(spec.name)
         fresh = False
+        if index is not None and index.file_sig != file_signature(self._index_path(spec.name)):
+            # Another process (a checkpoint typed by a person) saved it since: never
+            # continue from a stale manifest sequence.
+            index = None
         if index is None:
             index = Index.load(self._index_path(spec.name))
             if index is None:

@@ -48,6 +48,8 @@ class Index:
         self.extras: dict[str, dict[str, Any]] = {}
         self.meta: dict[str, Any] = {}
         self.changed = False
+        self.absent = 0  # records with a non-zero absent count (kept in meta on save)
+        self.file_sig: tuple[int, int, int] | None = None  # the index file as last read/written
 
     def __len__(self) -> int:
         return len(self.records)
@@ -59,6 +61,9 @@ class Index:
                mode: int, kind: str = "file", target: str | None = None,
                extra: dict[str, Any] | None = None) -> None:
         """Remember that `path` was published (or verified) with this content."""
+        old = self.records.get(path)
+        if old is not None and old[-1]:
+            self.absent -= 1
         self.records[path] = RECORD.pack(size, mtime_ns, ctime_ns, hash64 & 0xFFFFFFFFFFFFFFFF,
                                          mode & 0xFFFF, _KIND_CODE[kind], 0)
         if target is not None:
@@ -94,13 +99,15 @@ class Index:
         if rec is None:
             return 0
         absent = min(rec.absent + 1, 255)
+        if not rec.absent:
+            self.absent += 1
         self.records[path] = RECORD.pack(rec.size, rec.mtime_ns, DIRTY, rec.hash64, rec.mode,
                                          _KIND_CODE[rec.kind], absent)
         self.changed = True
         return absent
 
     def present_count(self) -> int:
-        return sum(1 for raw in self.records.values() if raw[-1] == 0)
+        return len(self.records) - self.absent
 
     def items(self) -> Iterator[tuple[str, Record]]:
         for path in self.records:
@@ -111,7 +118,7 @@ class Index:
     # -- persistence ----------------------------------------------------
     def dumps(self) -> bytes:
         payload = {"records": self.records, "links": self.links, "extras": self.extras,
-                   "meta": self.meta}
+                   "meta": self.meta, "absent": self.absent}
         return MAGIC + marshal.dumps(payload)
 
     @classmethod
@@ -124,19 +131,35 @@ class Index:
         idx.links = payload["links"]
         idx.extras = payload["extras"]
         idx.meta = payload["meta"]
+        idx.absent = payload["absent"]
         return idx
 
     def save(self, path: str | os.PathLike[str]) -> None:
         savefile.write_file(path, self.dumps(), mode=0o600, fsync=True)
         self.changed = False
+        self.file_sig = file_signature(path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Index | None:
         """The saved index, or None when it is missing or unreadable (rebuild it)."""
         try:
             with open(path, "rb") as f:
-                return cls.loads(f.read())
+                idx = cls.loads(f.read())
+                idx.file_sig = _sig(os.fstat(f.fileno()))
+                return idx
         except FileNotFoundError:
             return None
         except (OSError, ValueError, EOFError, TypeError, KeyError):
             return None
+
+
+def _sig(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def file_signature(path: str | os.PathLike[str]) -> tuple[int, int, int] | None:
+    """Identity of the index file on disk: another process saved it when this changes."""
+    try:
+        return _sig(os.stat(path))
+    except FileNotFoundError:
+        return None

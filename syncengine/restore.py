@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 
 from syncengine import manifest, savefile
 from syncengine.checkpoint import AdapterState
@@ -114,8 +115,9 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
     index = state.index
     fetches = [a for a in actions if isinstance(a, (Fetch, MakeLink))]
     try:
-        with DirCache(state.live, create=True) as live, state.store.reader() as durable:
-            for action, result in _execute(fetches, live, durable, jobs):
+        with DirCache(state.live, create=True) as live, state.store.reader() as durable, \
+                closing(_execute(fetches, live, durable, jobs)) as results:
+            for action, result in results:
                 if isinstance(result, tuple):
                     restored.append(result)
                 else:
@@ -163,8 +165,8 @@ def _seed(index: Index, entry: Entry) -> None:
 
 
 def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache, jobs: int
-             ) -> Iterable[tuple[Fetch | MakeLink,
-                                 tuple[Entry, os.stat_result, int] | SourceError]]:
+             ) -> Generator[tuple[Fetch | MakeLink,
+                                  tuple[Entry, os.stat_result, int] | SourceError], None, None]:
     def one(action: Fetch | MakeLink) -> tuple[Entry, os.stat_result, int] | SourceError:
         try:
             if isinstance(action, MakeLink):

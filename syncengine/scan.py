@@ -15,12 +15,13 @@ in the calling thread, because forking a threaded process is unsafe.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import stat
 import threading
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 import attrs
 
@@ -159,25 +160,19 @@ def _can_fork() -> bool:
 def _scan_forked(jobs: Sequence[ScanJob], frontier: list[tuple[int, str]],
                  results: dict[str, ScanResult], workers: int) -> None:
     children: list[tuple[int, int, list[tuple[int, str]]]] = []
-    for w in range(min(workers, len(frontier))):
-        share = frontier[w::workers]
-        r, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # child: walk its share, send results, exit without cleanup
-            os.close(r)
-            code = 0
-            try:
-                part = {job.name: ScanResult() for job in jobs}
-                for i, d in share:
-                    _walk(jobs[i], d, part[jobs[i].name])
-                data = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
-                with os.fdopen(wfd, "wb") as f:
-                    f.write(data)
-            except BaseException:
-                code = 1
-            os._exit(code)
-        os.close(wfd)
-        children.append((pid, r, share))
+    gc.freeze()  # children's collections then skip the inherited heap (copy-on-write)
+    try:
+        for w in range(min(workers, len(frontier))):
+            share = frontier[w::workers]
+            r, wfd = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # child: walk its share, send the results, exit without cleanup
+                os.close(r)
+                _worker(jobs, share, wfd)
+            os.close(wfd)
+            children.append((pid, r, share))
+    finally:
+        gc.unfreeze()
     for pid, r, share in children:
         with os.fdopen(r, "rb") as f:
             data = f.read()
@@ -189,3 +184,17 @@ def _scan_forked(jobs: Sequence[ScanJob], frontier: list[tuple[int, str]],
         else:  # a worker failed: walk its share here, nothing is lost
             for i, d in share:
                 _walk(jobs[i], d, results[jobs[i].name])
+
+
+def _worker(jobs: Sequence[ScanJob], share: list[tuple[int, str]], wfd: int) -> NoReturn:
+    code = 0
+    try:
+        part = {job.name: ScanResult() for job in jobs}
+        for i, d in share:
+            _walk(jobs[i], d, part[jobs[i].name])
+        data = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
+        with os.fdopen(wfd, "wb") as f:
+            f.write(data)
+    except BaseException:
+        code = 1
+    os._exit(code)

@@ -247,3 +247,21 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tree: Tree, cli: CliRunner) 
     out = cli("checkpoint", "--dry-run", "codex", check=0)
     assert "upload a.json (new, 3 bytes)" in out.stdout
     assert snapshot(tree.data) == before
+
+
+def test_long_lived_engine_continues_after_a_checkpoint_by_another_process(
+        tree: Tree, cli: CliRunner, engine: EngineFactory) -> None:
+    """A daemon's cached index must not reuse a manifest name another process wrote."""
+    from syncengine.manifest import load
+    from syncengine.store import Store
+
+    eng = engine({"adapters": ["codex"]})
+    tree.write(f"{CODEX}/a.json", "a")
+    assert eng.checkpoint().files == 1  # manifest 1
+    tree.write(f"{CODEX}/b.json", "b")
+    cli("checkpoint", "codex", check=0)  # manifest 2, by another process
+    tree.write(f"{CODEX}/c.json", "c")
+    assert eng.checkpoint().files == 1  # must be manifest 3, not a second "2"
+    state = load(Store(tree.data / DUR))
+    assert state.last_seq == 3
+    assert sorted(state.entries) == ["a.json", "b.json", "c.json"]
