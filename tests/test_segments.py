@@ -16,6 +16,8 @@ import pytest
 from syncengine import Engine, segments
 from syncengine.manifest import load
 from syncengine.store import Store
+from tests.bucket_mount import BucketMount
+from tests.bucket_mount import bucket as bucket  # noqa: F401  (fixture)
 from tests.conftest import CliRunner, EngineFactory, Tree
 
 RAW: dict[str, Any] = {"adapters": [], "adapter": [
@@ -231,3 +233,20 @@ def test_final_checkpoint_publishes_partial_line_and_chain_continues_after_resto
     cli("--config", str(config), "export", LOG, "-o", str(out), check=0)
     assert out.read_bytes() == b"done\nhalf more\n"
     cli("--config", str(config), "export", "nope.jsonl", check=2)
+
+
+def test_chain_on_the_bucket_emulator(tree: Tree, engine: EngineFactory,
+                                      bucket: BucketMount) -> None:  # noqa: F811
+    path = tree.write(f"x/{LOG}", b"one\n")
+    data = str(bucket.mountpoint)
+    eng = engine(RAW, DATA_DIR=data)
+    assert eng.checkpoint().ok
+    with path.open("ab") as f:
+        f.write(b"two\nthr")
+    assert eng.checkpoint().ok
+    assert eng.checkpoint(final=True).ok
+    objects = sorted((bucket.backing / "state/x" / segments.SEG_DIR).rglob("*.seg"))
+    assert [o.read_bytes() for o in objects] == [b"one\n", b"two\n", b"thr"]
+    wipe_local(tree)
+    assert engine(RAW, DATA_DIR=data).restore().ok
+    assert (tree.local / "x" / LOG).read_bytes() == b"one\ntwo\nthr"
