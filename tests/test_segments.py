@@ -17,7 +17,7 @@ from syncengine import Engine, segments
 from syncengine.manifest import load
 from syncengine.store import Store
 from tests.bucket_mount import BucketMount
-from tests.bucket_mount import bucket as bucket  # noqa: F401  (fixture)
+from tests.bucket_mount import bucket as bucket
 from tests.conftest import CliRunner, EngineFactory, Tree
 
 RAW: dict[str, Any] = {"adapters": [], "adapter": [
@@ -236,7 +236,7 @@ def test_final_checkpoint_publishes_partial_line_and_chain_continues_after_resto
 
 
 def test_chain_on_the_bucket_emulator(tree: Tree, engine: EngineFactory,
-                                      bucket: BucketMount) -> None:  # noqa: F811
+                                      bucket: BucketMount) -> None:
     path = tree.write(f"x/{LOG}", b"one\n")
     data = str(bucket.mountpoint)
     eng = engine(RAW, DATA_DIR=data)
