@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from syncengine import Engine, config_from_dict, segments  # noqa: E402
+from syncengine import Engine, config_from_dict, segments
 
 LINE = b'{"type":"event","payload":"' + b"x" * 222 + b'"}\n'  # 256 bytes
 
