@@ -19,6 +19,7 @@ from syncengine.errors import (
     SourceError,
     SyncEngineError,
 )
+from syncengine.journal import Journal, Prompt
 from syncengine.report import AdapterReport, PathError, Report
 
 __version__ = "0.1.0"
@@ -31,8 +32,10 @@ __all__ = [
     "DurableError",
     "Engine",
     "Incomplete",
+    "Journal",
     "LockBusy",
     "PathError",
+    "Prompt",
     "Report",
     "SourceError",
     "SyncEngineError",

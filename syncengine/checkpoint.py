@@ -20,11 +20,12 @@ from typing import Any
 
 import attrs
 
-from syncengine import manifest
+from syncengine import manifest, segments
 from syncengine.copier import Copied, NotRegular, Vanished, link_hash, upload
 from syncengine.errors import DurableError, SourceError
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
+from syncengine.patterns import Matcher
 from syncengine.plan import CheckpointAction, MarkAbsent, RecordLink, SkipSpecial, Upload
 from syncengine.report import AdapterReport, PathError
 from syncengine.scan import ScanResult
@@ -48,6 +49,7 @@ class AdapterState:
     index: Index
     index_path: Path
     staging_marker: Path
+    segments: Matcher | None = None  # append-only logs (segments.py), if any
 
 
 @attrs.frozen
@@ -82,7 +84,7 @@ def find_missing(state: AdapterState, scan: ScanResult) -> list[str]:
 
 
 def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns: int,
-        jobs: int) -> AdapterReport:
+        jobs: int, final: bool = False) -> AdapterReport:
     """Carry out a checkpoint plan for one adapter and return what happened."""
     done: list[_Done] = []
     errors: list[PathError] = []
@@ -91,7 +93,7 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     uploads = [a for a in actions if isinstance(a, Upload)]
     if uploads:
         _prepare_staging(state)
-    results = _execute_uploads(state, uploads, jobs)
+    results = _execute_uploads(state, uploads, jobs, final)
     try:
         for action, result in results:
             _collect(state, action, result, done, errors, counts)
@@ -127,23 +129,32 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     copied = [d.copied for d in published if d.copied is not None]
     return AdapterReport(
         name=state.name, files=len(copied) if fatal is None else 0,
-        bytes=sum(c.size for c in copied) if fatal is None else 0,
+        bytes=sum(_written(c) for c in copied) if fatal is None else 0,
         unchanged=counts["unchanged"], skipped=counts["skipped"],
         links=sum(1 for d in published if d.copied is None) if fatal is None else 0,
         manifest=name, errors=tuple(errors), fatal=fatal,
     )
 
 
-def _execute_uploads(state: AdapterState, uploads: list[Upload], jobs: int
+def _written(c: Copied) -> int:
+    return c.written if isinstance(c, segments.Logged) else c.size
+
+
+def _execute_uploads(state: AdapterState, uploads: list[Upload], jobs: int, final: bool
                      ) -> Generator[tuple[Upload, Copied | Exception], None, None]:
+    logs = state.segments
+
     def one(action: Upload) -> Copied | Exception:
         rec = state.index.get(action.path)
         known = rec is not None and rec.kind == "file"
         try:
+            if logs and logs.excluded(action.path, False):
+                return segments.publish(state.store, os.fspath(state.live), action.path,
+                                        state.index, final=final, compact=action.compact)
             return upload(state.store, os.fspath(state.live), action.path,
                           known_hash=rec.hash64 if known and rec else None,
                           known_size=rec.size if known and rec else None)
-        except (SourceError, Vanished, NotRegular) as exc:
+        except (SourceError, Vanished, NotRegular, segments.Waiting) as exc:
             return exc
 
     if len(uploads) <= 1 or jobs <= 1:
@@ -173,6 +184,9 @@ def _collect(state: AdapterState, action: Upload, result: Copied | Exception,
     elif isinstance(result, Vanished):
         counts["skipped"] += 1
         log.info("copy.vanished adapter=%s path=%s", state.name, action.path)
+    elif isinstance(result, segments.Waiting):
+        counts["unchanged"] += 1
+        log.debug("segments.waiting adapter=%s path=%s (%s)", state.name, action.path, result)
     elif isinstance(result, NotRegular):
         counts["skipped"] += 1
         log.info("copy.not-regular adapter=%s path=%s", state.name, action.path)
@@ -207,6 +221,9 @@ def _record_link(state: AdapterState, path: str, done: list[_Done],
 def _entry(done: _Done) -> Entry:
     if done.copied is not None:
         c = done.copied
+        if isinstance(c, segments.Logged):
+            return Entry(done.path, "segments", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64,
+                         extra=segments.manifest_extra(c.extra))
         return Entry(done.path, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64)
     assert done.link_sig is not None
     return Entry(done.path, "symlink", mtime_ns=done.link_sig[1], target=done.link_target)
@@ -217,6 +234,7 @@ def index_entries(index: Index) -> Iterable[Entry]:
     for path, rec in index.items():
         extra: dict[str, Any] = dict(index.extras.get(path, {}))
         obj = extra.pop("object", None)
+        extra.pop(segments.LOCAL, None)
         yield Entry(path, rec.kind, rec.size, rec.mtime_ns, rec.mode & 0o7777, rec.hash64,
                     target=index.links.get(path), object=obj, extra=extra)
 
@@ -248,9 +266,13 @@ def _apply(index: Index, done: Iterable[_Done], started_ns: int) -> None:
             c = d.copied
             size, mtime, ctime = c.stat_before
             too_recent = mtime >= started_ns - GRANULARITY_NS
+            logged = isinstance(c, segments.Logged)
             index.record(d.path, size=c.size, mtime_ns=c.mtime_ns,
                          ctime_ns=DIRTY if c.raced or too_recent or size != c.size else ctime,
-                         hash64=c.hash64, mode=c.mode)
+                         hash64=c.hash64, mode=c.mode, kind="segments" if logged else "file",
+                         extra=c.extra if isinstance(c, segments.Logged) else None)
+            if not logged and "lens" in index.extras.get(d.path, {}):
+                index.extras.pop(d.path)  # no longer stored as a segment chain
         elif d.link_sig is not None and d.link_target is not None:
             size, mtime, ctime, mode = d.link_sig
             index.record(d.path, size=size, mtime_ns=mtime, ctime_ns=ctime,

@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from syncengine import __version__
+from syncengine import __version__, savefile
 from syncengine.engine import Engine
 from syncengine.errors import SyncEngineError
 from syncengine.report import Report
@@ -67,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "Deletions are not propagated.")
     c.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
     c.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    c.add_argument("--final", action="store_true",
+                   help="the writers have stopped: publish append-only logs to their exact "
+                        "end, trailing partial line included (shutdown checkpoint)")
     c.add_argument("--no-wait", action="store_true",
                    help="skip (exit 0) if another checkpoint or restore is running "
                         "(for timers); by default wait for it")
@@ -83,6 +87,22 @@ def build_parser() -> argparse.ArgumentParser:
                        "per adapter the last checkpoint, files and bytes published, and errors. "
                        "Reads local state only.")
     s.add_argument("--json", action="store_true", help="machine-readable output")
+
+    e = sub.add_parser("export", help="write the durable copy of one file (a transcript "
+                       "rebuilt from its segments)",
+                       description="Rebuild PATH from the durable side (base + segments, "
+                       "verified) and write it to stdout or -o FILE. PATH is absolute under an "
+                       "adapter's live tree or relative to it.")
+    e.add_argument("path", metavar="PATH")
+    e.add_argument("--adapter", metavar="NAME", help="the adapter PATH belongs to")
+    e.add_argument("-o", "--output", metavar="FILE", help="write here (atomically), not stdout")
+
+    j = sub.add_parser("journal", help="the input journal: one durable object per prompt",
+                       description="record: read one prompt (any bytes) from stdin and return "
+                       "once it is a closed object on the durable side. list / export: the "
+                       "session's prompts in order.")
+    j.add_argument("action", choices=("record", "list", "export"))
+    j.add_argument("--session", required=True, metavar="ID", help="session id (any text)")
     return p
 
 
@@ -148,6 +168,40 @@ def _print_status(status: dict[str, Any]) -> None:
             print(f"    last error: {a['last_error']}")
 
 
+def _export(engine: Engine, path: str, adapter: str | None, output: str | None) -> int:
+    if output is None:
+        engine.export(path, sys.stdout.buffer, adapter=adapter)
+        sys.stdout.buffer.flush()
+        return 0
+    out_dir = os.path.dirname(os.path.abspath(output))
+    with savefile.staged(out_dir, source_mode=0o644) as tmp, \
+            os.fdopen(os.dup(tmp.fd), "wb") as f:
+        engine.export(path, f, adapter=adapter)
+        f.flush()
+        tmp.close(mode=0o644)
+        tmp.publish(output)
+    return 0
+
+
+def _journal(engine: Engine, action: str, session: str) -> int:
+    journal = engine.journal()
+    if action == "record":
+        p = journal.record(session, sys.stdin.buffer.read())
+        print(f"recorded {p.name} ({p.size} bytes)")
+        return 0
+    out = sys.stdout.buffer
+    for prompt, data in (journal.export(session) if action == "export" else
+                         ((p, b"") for p in journal.list(session))):
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(prompt.time_ns / 1e9))
+        out.write(f"{prompt.seq} {when} {prompt.size} {prompt.name}\n".encode()
+                  if action == "list" else
+                  f"--- prompt {prompt.seq} {when} {prompt.size} bytes\n".encode())
+        if action == "export":
+            out.write(data + b"\n")
+    out.flush()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose, args.quiet)
@@ -162,9 +216,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 _print_status(status)
             return 0
+        if args.command == "export":
+            return _export(engine, args.path, args.adapter, args.output)
+        if args.command == "journal":
+            return _journal(engine, args.action, args.session)
         if args.command == "checkpoint":
             report = engine.checkpoint(args.adapters, wait=not args.no_wait,
-                                       dry_run=args.dry_run)
+                                       dry_run=args.dry_run, final=args.final)
         else:
             report = engine.restore(args.adapters, dry_run=args.dry_run)
     except SyncEngineError as exc:

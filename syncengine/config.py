@@ -20,9 +20,12 @@ import attrs
 from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
-    {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs"}
+    {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs",
+     "journal_dir"}
 )
-ADAPTER_KEYS = frozenset({"name", "description", "live", "durable", "exclude", "sqlite"})
+ADAPTER_KEYS = frozenset(
+    {"name", "description", "live", "durable", "exclude", "sqlite", "segments"}
+)
 DEFAULT_INTERVAL = 15.0
 DEFAULT_JOBS = 8
 
@@ -36,6 +39,7 @@ class AdapterSpec:
     durable: Path
     exclude: tuple[str, ...] = ()
     sqlite: tuple[str, ...] = ()
+    segments: tuple[str, ...] = ()  # append-only logs, stored as immutable segments
     description: str = ""
     origin: str = ""
 
@@ -54,6 +58,7 @@ class Config:
     interval: float = DEFAULT_INTERVAL
     jobs: int = DEFAULT_JOBS
     sources: Mapping[str, str] = attrs.field(factory=dict)
+    journal_dir: Path | None = None  # None: <durable_root>/journal
 
     def adapter(self, name: str) -> AdapterSpec:
         for spec in self.adapters:
@@ -147,10 +152,12 @@ def config_from_dict(
     jobs = int(layers.number("jobs", default=DEFAULT_JOBS))
     if jobs < 1 or jobs > 256:
         raise ConfigError(f"{layers.sources['jobs']}: jobs must be between 1 and 256")
+    journal_dir = layers.path("journal_dir", default=str(durable_root / "journal"))
     specs = _adapter_specs(layers, local_root, durable_root)
     _check_overlaps(specs, state_dir)
     return Config(local_root=local_root, durable_root=durable_root, state_dir=state_dir,
-                  adapters=specs, interval=interval, jobs=jobs, sources=dict(layers.sources))
+                  adapters=specs, interval=interval, jobs=jobs, sources=dict(layers.sources),
+                  journal_dir=journal_dir)
 
 
 @attrs.define
@@ -247,7 +254,7 @@ def _adapter_spec(table: Mapping[str, Any], local_root: Path, durable_root: Path
         if not isinstance(table.get(key), str) or not table[key]:
             raise ConfigError(f"{origin}: adapter {name!r}: {key} must be a non-empty path")
     lists = {}
-    for key in ("exclude", "sqlite"):
+    for key in ("exclude", "sqlite", "segments"):
         value = table.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{origin}: adapter {name!r}: {key} must be a list of strings")
@@ -258,6 +265,7 @@ def _adapter_spec(table: Mapping[str, Any], local_root: Path, durable_root: Path
         durable=Path(os.path.normpath(durable_root / os.path.expanduser(table["durable"]))),
         exclude=lists["exclude"],
         sqlite=lists["sqlite"],
+        segments=lists["segments"],
         description=str(table.get("description", "")),
         origin=origin,
     )

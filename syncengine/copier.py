@@ -52,10 +52,15 @@ def open_source(path: str) -> tuple[int, os.stat_result]:
     return fd, st
 
 
-def stream(src_fd: int, limit: int | None, sink: Callable[[memoryview], None] | None,
-           *, src_name: str, dst_name: str = "") -> tuple[int, int]:
-    """Read up to `limit` bytes (None: to EOF), feed `sink`; return (bytes, xxh3_64)."""
-    h = xxhash.xxh3_64()
+def stream(src_fd: int, limit: int | None, sink: Callable[[memoryview], object] | None,
+           *, src_name: str, dst_name: str = "", hasher: xxhash.xxh3_64 | None = None
+           ) -> tuple[int, int]:
+    """Read up to `limit` bytes (None: to EOF), feed `sink`; return (bytes, xxh3_64).
+
+    With `hasher`, the bytes extend that running hash (the digest returned is
+    of everything it has seen).
+    """
+    h = hasher if hasher is not None else xxhash.xxh3_64()
     size = CHUNK if limit is None else max(1, min(CHUNK, limit))
     buf = bytearray(size)
     view = memoryview(buf)

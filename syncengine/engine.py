@@ -14,15 +14,16 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import attrs
 
-from syncengine import checkpoint, restore, savefile
+from syncengine import checkpoint, restore, savefile, segments
 from syncengine.checkpoint import AdapterState
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.errors import ConfigError, DurableError, LockBusy, durable_error
 from syncengine.index import DIRTY, Index, file_signature
+from syncengine.journal import Journal
 from syncengine.lock import StateLock
 from syncengine.manifest import load as load_manifest
 from syncengine.patterns import Matcher, compile_patterns
@@ -57,6 +58,10 @@ class Engine:
         self._matchers: dict[str, Matcher] = {
             s.name: compile_patterns(exclusion_patterns(s), where=f"adapter {s.name!r} exclude")
             for s in config.adapters
+        }
+        self._logs: dict[str, Matcher] = {
+            s.name: compile_patterns(s.segments, where=f"adapter {s.name!r} segments")
+            for s in config.adapters if s.segments
         }
         self._indexes: dict[str, Index] = {}
 
@@ -94,6 +99,7 @@ class Engine:
             name=spec.name, live=spec.live, store=Store(spec.durable), index=index,
             index_path=self._index_path(spec.name),
             staging_marker=self.config.state_dir / "staging" / f"{spec.name}.pending",
+            segments=self._logs.get(spec.name),
         )
         if fresh and seed:
             _seed_from_manifest(state)
@@ -107,11 +113,13 @@ class Engine:
 
     # -- operations ------------------------------------------------------
     def checkpoint(self, adapters: Sequence[str] | None = None, *, wait: bool = True,
-                   dry_run: bool = False) -> Report:
+                   dry_run: bool = False, final: bool = False) -> Report:
         """Publish what changed in each adapter's live tree.
 
         With ``wait=False`` (the periodic timer) a run that finds another one
-        holding the lock returns at once with ``skipped_busy=True``.
+        holding the lock returns at once with ``skipped_busy=True``.  With
+        ``final=True`` (after the writers stopped) append-only logs are
+        published to their exact end, trailing partial line included.
         """
         started = self.clock()
         t0 = time.monotonic()
@@ -123,7 +131,7 @@ class Engine:
             log.info("checkpoint.skipped reason=busy state_dir=%s", self.config.state_dir)
             return Report("checkpoint", started, 0.0, (), skipped_busy=True)
         try:
-            reports = self._checkpoint_locked(specs, started, dry_run)
+            reports = self._checkpoint_locked(specs, started, dry_run, final)
         finally:
             lock.release()
         report = Report("checkpoint", started, time.monotonic() - t0, tuple(reports),
@@ -132,8 +140,8 @@ class Engine:
             self._write_status(report)
         return report
 
-    def _checkpoint_locked(self, specs: Sequence[AdapterSpec], started: int, dry_run: bool
-                           ) -> list[AdapterReport]:
+    def _checkpoint_locked(self, specs: Sequence[AdapterSpec], started: int, dry_run: bool,
+                           final: bool = False) -> list[AdapterReport]:
         states = []
         reports = []
         for spec in specs:
@@ -153,7 +161,8 @@ class Engine:
                 reports.append(AdapterReport(state.name))
                 continue
             missing = checkpoint.find_missing(state, result)
-            actions = plan_checkpoint(result, state.index, missing)
+            idle = segments.idle_chains(state.index, started) if state.segments else frozenset()
+            actions = plan_checkpoint(result, state.index, missing, idle)
             if dry_run:
                 reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
                 continue
@@ -163,7 +172,8 @@ class Engine:
                 except DurableError as exc:
                     reports.append(AdapterReport(state.name, fatal=str(exc)))
                     continue
-            rep = checkpoint.run(state, actions, started_ns=started, jobs=self.config.jobs)
+            rep = checkpoint.run(state, actions, started_ns=started, jobs=self.config.jobs,
+                                 final=final)
             scan_errors = tuple(
                 PathError(state.name, p, "scan", r) for p, r in result.errors)
             reports.append(_with(rep, errors=rep.errors + scan_errors,
@@ -217,6 +227,44 @@ class Engine:
                                "durable_root (DATA_DIR) to the checkpoint location") from exc
         except OSError as exc:
             raise durable_error("stat", root, exc) from exc
+
+    def export(self, path: str, out: BinaryIO, *, adapter: str | None = None) -> int:
+        """Write the durable copy of one live path (a log rebuilt from its segments) to `out`.
+
+        `path` is absolute under an adapter's live tree, or relative to it
+        (then `adapter`, or the only adapter whose manifest lists it).
+        Raises ConfigError when the path is unknown, SourceError when the
+        durable copy is missing or corrupt; returns the bytes written.
+        """
+        specs = self.config.select([adapter] if adapter else None)
+        rel = path
+        if os.path.isabs(path):
+            full = Path(os.path.normpath(path))
+            specs = tuple(s for s in specs if s.live in full.parents)
+            if not specs:
+                raise ConfigError(f"{path} is not inside any adapter's live tree")
+            rel = full.relative_to(specs[0].live).as_posix()
+            specs = specs[:1]
+        found = []
+        for spec in specs:
+            store = Store(spec.durable)
+            entry = load_manifest(store).entries.get(rel) if store.exists() else None
+            if entry is not None:
+                found.append((store, entry, spec.name))
+        if not found:
+            raise ConfigError(f"{rel}: no checkpoint of this path in "
+                              f"{', '.join(s.name for s in specs) or 'any adapter'}")
+        if len(found) > 1:
+            raise ConfigError(f"{rel} is checkpointed by adapters "
+                              f"{', '.join(f[2] for f in found)}: choose one with --adapter")
+        store, entry, _ = found[0]
+        return segments.export(store, entry, out)
+
+    def journal(self) -> Journal:
+        """The input journal (`journal_dir`, default ``<durable_root>/journal``)."""
+        self._check_durable_root()
+        root = self.config.journal_dir or self.config.durable_root / "journal"
+        return Journal(root, self.config.state_dir, clock=self.clock)
 
     # -- status ----------------------------------------------------------
     def _write_status(self, report: Report) -> None:
@@ -288,6 +336,8 @@ def _seed_from_manifest(state: AdapterState) -> None:
             state.index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns,
                                ctime_ns=DIRTY, hash64=entry.hash or 0, mode=entry.mode,
                                kind=entry.kind, target=entry.target)
+        elif entry.kind == "segments":
+            segments.seed(state.index, entry)
     if manifest_state.last_seq:
         state.index.meta.update(manifest_seq=manifest_state.last_seq,
                                 base_seq=manifest_state.base_seq,

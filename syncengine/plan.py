@@ -26,6 +26,7 @@ class Upload:
     path: str
     size: int
     reason: str
+    compact: bool = False  # an append-only log: rewrite its chain as one base
 
     def __str__(self) -> str:
         return f"upload {self.path} ({self.reason}, {self.size} bytes)"
@@ -64,12 +65,24 @@ class SkipSpecial:
 CheckpointAction = Upload | RecordLink | MarkAbsent | SkipSpecial
 
 
-def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = ()
-                    ) -> tuple[CheckpointAction, ...]:
-    """One action per changed, new, vanished or special path."""
+def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
+                    compact: frozenset[str] = frozenset()) -> tuple[CheckpointAction, ...]:
+    """One action per changed, new, vanished or special path.
+
+    `compact` names idle append-only logs whose segment chain is rewritten as
+    one base (whether or not they changed).
+    """
     actions: list[CheckpointAction] = []
+    changed = set()
     for seen in sorted(scan.changed):
-        actions.append(_plan_seen(seen, index))
+        action = _plan_seen(seen, index)
+        if isinstance(action, Upload) and seen.path in compact:
+            action = attrs.evolve(action, compact=True)
+        actions.append(action)
+        changed.add(seen.path)
+    for path in sorted(compact - changed):
+        rec = index.get(path)
+        actions.append(Upload(path, rec.size if rec else 0, "idle log: compact", compact=True))
     actions.extend(MarkAbsent(p) for p in sorted(missing))
     actions.extend(SkipSpecial(p) for p in sorted(scan.specials))
     return tuple(actions)

@@ -18,7 +18,7 @@ from collections.abc import Generator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 
-from syncengine import manifest, savefile
+from syncengine import manifest, savefile, segments
 from syncengine.checkpoint import AdapterState
 from syncengine.copier import link_hash, stream
 from syncengine.errors import DurableError, SourceError, durable_error, source_error
@@ -38,6 +38,7 @@ from syncengine.safepath import DirCache, UnsafePath, check_relpath
 from syncengine.store import Store
 
 log = logging.getLogger("syncengine")
+KINDS = frozenset({"file", "symlink", "segments"})
 
 
 def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str], str]:
@@ -102,7 +103,7 @@ def plan(state: AdapterState, entries: Iterable[Entry]) -> list[RestoreAction]:
                 unsafe = "a parent in the live tree is a file"
             except OSError as exc:
                 unsafe = f"cannot inspect the live path: {exc.strerror}"
-            actions.append(plan_restore_entry(entry, local, unsafe=unsafe))
+            actions.append(plan_restore_entry(entry, local, unsafe=unsafe, known_kinds=KINDS))
     return actions
 
 
@@ -138,6 +139,10 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
     for entry, st, h in restored:
         if entry.kind == "symlink":
             counts["links"] += 1
+        if entry.kind == "segments":
+            segments.seed(index, entry, ino=st.st_ino, size=st.st_size, mtime_ns=st.st_mtime_ns,
+                          ctime_ns=st.st_ctime_ns)
+            continue
         index.record(entry.path, size=st.st_size, mtime_ns=st.st_mtime_ns,
                      ctime_ns=st.st_ctime_ns, hash64=h, mode=st.st_mode, kind=entry.kind,
                      target=entry.target)
@@ -162,6 +167,8 @@ def _seed(index: Index, entry: Entry) -> None:
         index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns, ctime_ns=DIRTY,
                      hash64=entry.hash or 0, mode=entry.mode, kind=entry.kind,
                      target=entry.target)
+    elif entry.kind == "segments":
+        segments.seed(index, entry)
 
 
 def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache, jobs: int
@@ -201,6 +208,8 @@ def _live_parent(live: DirCache, relpath: str) -> tuple[int, str]:
 
 def _fetch(entry: Entry, live: DirCache, durable: DirCache
            ) -> tuple[Entry, os.stat_result, int]:
+    if entry.kind == "segments":
+        return _fetch_log(entry, live, durable)
     try:
         src = durable.open_file(entry.location)
     except UnsafePath:
@@ -235,6 +244,21 @@ def _fetch(entry: Entry, live: DirCache, durable: DirCache
         raise source_error("restore", entry.path, exc) from exc
     finally:
         os.close(src)
+    return entry, st, h
+
+
+def _fetch_log(entry: Entry, live: DirCache, durable: DirCache
+               ) -> tuple[Entry, os.stat_result, int]:
+    """Rebuild an append-only log from its chain; nothing is placed unless it verifies."""
+    dir_fd, name = _live_parent(live, entry.path)
+    try:
+        with savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
+            h = segments.reconstruct(entry, durable, tmp.write)
+            tmp.close(mode=entry.mode, mtime_ns=entry.mtime_ns)
+            tmp.publish(name, target_dir_fd=dir_fd)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        raise source_error("restore", entry.path, exc) from exc
     return entry, st, h
 
 

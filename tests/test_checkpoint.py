@@ -22,14 +22,14 @@ DUR = "state/codex"
 
 def test_first_checkpoint_publishes_files_with_modes(tree: Tree, cli: CliRunner) -> None:
     tree.write(f"{CODEX}/auth.json", '{"token": "s"}', mode=0o600)
-    tree.write(f"{CODEX}/sessions/2026/11/29/rollout-1.jsonl", '{"a": 1}\n')
+    tree.write(f"{CODEX}/archived_sessions/rollout-1.jsonl", '{"a": 1}\n')
     tree.write(f"{CODEX}/state_5.sqlite", b"SQLite format 3\x00junk")
     tree.write(f"{CODEX}/cache/blob", "cached")
     cli("checkpoint", check=0)
     durable = tree.data / DUR
     assert files(durable) == {
         "auth.json": b'{"token": "s"}',
-        "sessions/2026/11/29/rollout-1.jsonl": b'{"a": 1}\n',
+        "archived_sessions/rollout-1.jsonl": b'{"a": 1}\n',
     }
     assert stat.S_IMODE((durable / "auth.json").stat().st_mode) == 0o600
     assert (durable / "auth.json").stat().st_mtime_ns == (
@@ -111,9 +111,13 @@ def test_special_files_are_skipped_never_opened(tree: Tree, cli: CliRunner) -> N
     assert not (tree.data / DUR / "agent.fifo").exists()
 
 
+@pytest.mark.parametrize("rel", [
+    "archived_sessions/rollout-a.jsonl",  # a whole-file copy
+    "sessions/2026/11/29/rollout-a.jsonl",  # an append-only log published as segments
+])
 def test_appending_writer_is_copied_up_to_what_it_wrote_then_restored_after_kill(
-        tree: Tree, cli: CliRunner) -> None:
-    rollout = tree.write(f"{CODEX}/sessions/2026/11/29/rollout-a.jsonl", "")
+        tree: Tree, cli: CliRunner, rel: str) -> None:
+    rollout = tree.write(f"{CODEX}/{rel}", "")
     writer, size_before = start_appender(rollout, 2000)
     try:
         cli("checkpoint", check=0)
@@ -122,12 +126,12 @@ def test_appending_writer_is_copied_up_to_what_it_wrote_then_restored_after_kill
         writer.wait()
         assert writer.stdout is not None
         writer.stdout.close()
-    durable = (tree.data / DUR / "sessions/2026/11/29/rollout-a.jsonl").read_bytes()
-    assert len(durable) >= size_before  # everything written before the checkpoint began
-    assert rollout.read_bytes().startswith(durable)  # a prefix of the live file, no garbage
+    live = rollout.read_bytes()
     shutil.rmtree(tree.local)
     cli("restore", check=0)
-    assert (tree.local / CODEX / "sessions/2026/11/29/rollout-a.jsonl").read_bytes() == durable
+    restored = (tree.local / CODEX / rel).read_bytes()
+    assert len(restored) >= size_before  # everything written before the checkpoint began
+    assert live.startswith(restored)  # a prefix of what the writer wrote, no garbage
 
 
 def test_file_growing_during_copy_is_taken_again(tree: Tree, engine: EngineFactory) -> None:
