@@ -211,7 +211,7 @@ def test_hot_restart_keeps_newer_valid_local_database(
 
 
 def test_corrupt_live_database_fails_and_keeps_previous_snapshot(
-        tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]) -> None:
+        tree: Tree, cli: CliRunner, cfg: str) -> None:
     make_db(tree.local / "app" / "app.db", 30)
     cli("--config", cfg, "checkpoint", "app", check=0)
     obj = tree.data / "state" / "app" / "checkpoints" / "app.db"
@@ -254,7 +254,7 @@ def test_restore_after_losing_the_live_tree_leaves_no_stale_wal(
 
 
 def test_invalid_local_database_is_replaced_and_quarantined(
-        tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]) -> None:
+        tree: Tree, cli: CliRunner, cfg: str) -> None:
     make_db(tree.local / "app" / "app.db", 20)
     cli("--config", cfg, "checkpoint", "app", check=0)
     db = tree.local / "app" / "app.db"
@@ -374,7 +374,7 @@ def test_old_raw_layout_is_restored_by_sqlite_recovery(
 
 
 def test_status_shows_databases_and_library_version(
-        tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]) -> None:
+        tree: Tree, cli: CliRunner, cfg: str) -> None:
     make_db(tree.local / "app" / "app.db", 1)
     cli("--config", cfg, "checkpoint", "app", check=0)
     out = cli("--config", cfg, "status", check=0).stdout
@@ -386,3 +386,15 @@ def test_status_shows_databases_and_library_version(
     app = next(a for a in data["adapters"] if a["name"] == "app")
     assert app["databases"][0]["path"] == "app.db"
     assert app["databases"][0]["size"] > 0
+
+
+def test_codex_snapshots_goals_and_memories_but_not_caches(
+        tree: Tree, cli: CliRunner) -> None:
+    home = tree.local / "codex-home"
+    for name in ("goals_1.sqlite", "memories_1.sqlite", "state_5.sqlite", "logs_2.sqlite"):
+        make_db(home / name, 2)
+    tree.write("codex-home/history.jsonl", "{}\n")
+    cli("checkpoint", "codex", check=0)
+    assert durable_files(tree, "codex") == [
+        "checkpoints/goals_1.sqlite", "checkpoints/memories_1.sqlite", "history.jsonl"]
+    assert snapshot_rows(tree, "codex", "goals_1.sqlite") == 2
