@@ -181,10 +181,13 @@ def main() -> int:
         base = lat(None)
         rows.append(("writer alone (baseline)", "", "", f"{max(base) * 1e3:.1f}",
                      f"{pct(base, 0.99) * 1e3:.1f}", str(len(base))))
+        def med(times: list[float]) -> str:
+            m = statistics.median(times)
+            return f"> {CLI_TIMEOUT:g} (did not finish)" if m == float("inf") else f"{m:.3f}"
+
         for kind in ("syncengine", "sqlite3 CLI"):
             lw = lat(kind)
-            rows.append((kind, f"{statistics.median(idle[kind]):.3f}",
-                         f"{statistics.median(busy[kind]):.3f}",
+            rows.append((kind, med(idle[kind]), med(busy[kind]),
                          f"{max(lw) * 1e3:.1f}" if lw else "-",
                          f"{pct(lw, 0.99) * 1e3:.1f}" if lw else "-", str(len(lw))))
         ratio_idle = statistics.median(idle["syncengine"]) / statistics.median(idle["sqlite3 CLI"])
