@@ -20,13 +20,28 @@ from typing import Any
 
 import attrs
 
-from syncengine import manifest, segments
-from syncengine.copier import Copied, NotRegular, Vanished, link_hash, upload
+from syncengine import manifest, segments, sqlite
+from syncengine.copier import (
+    Copied,
+    NotRegular,
+    Published,
+    SQLiteFile,
+    Vanished,
+    link_hash,
+    upload,
+)
 from syncengine.errors import DurableError, SourceError
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
 from syncengine.patterns import Matcher
-from syncengine.plan import CheckpointAction, MarkAbsent, RecordLink, SkipSpecial, Upload
+from syncengine.plan import (
+    CheckpointAction,
+    MarkAbsent,
+    RecordLink,
+    SkipSpecial,
+    Snapshot,
+    Upload,
+)
 from syncengine.report import AdapterReport, PathError
 from syncengine.scan import ScanResult
 from syncengine.store import Store
@@ -50,6 +65,8 @@ class AdapterState:
     index_path: Path
     staging_marker: Path
     segments: Matcher | None = None  # append-only logs (segments.py), if any
+    sqlite: sqlite.Options | None = None
+    sqlite_patterns: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -58,6 +75,7 @@ class _Done:
 
     path: str
     copied: Copied | None = None
+    other: Published | None = None  # an entry of another kind (a SQLite snapshot)
     link_target: str | None = None
     link_sig: tuple[int, int, int, int] | None = None
 
@@ -66,10 +84,14 @@ def find_missing(state: AdapterState, scan: ScanResult) -> list[str]:
     """Published paths not present in the live tree this pass."""
     index = state.index
     changed = {s.path for s in scan.changed}
-    need_lstat = scan.known < index.present_count()
+    listed = [p for p in index.extras if sqlite.is_listed(index, p)]  # never scanned
+    need_lstat = scan.known < index.present_count() - len(listed)
+    skip = set(listed)
     out: list[str] = []
     for path, raw in index.records.items():
         absent = raw[-1]
+        if path in skip:
+            continue
         if absent:
             if absent < _ABSENT_CAP and path not in changed:
                 out.append(path)
@@ -90,13 +112,27 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     errors: list[PathError] = []
     counts = {"unchanged": 0, "skipped": 0}
     fatal: str | None = None
-    uploads = [a for a in actions if isinstance(a, Upload)]
+    uploads = [a for a in actions if isinstance(a, (Upload, Snapshot))]
     if uploads:
         _prepare_staging(state)
-    results = _execute_uploads(state, uploads, jobs, final)
+        if state.sqlite is not None:
+            sqlite.sweep_staging(state.sqlite)
+    recent = started_ns - GRANULARITY_NS
+    companions: list[tuple[str, str]] = []
+    results = _execute_uploads(state, uploads, jobs, recent, final)
     try:
+        bases: dict[str, Upload | Snapshot] = {}
         for action, result in results:
+            if isinstance(result, _Companion):
+                bases.setdefault(result.base, action)
+                companions.append((action.path, result.base))
+                continue
             _collect(state, action, result, done, errors, counts)
+        snapped = {d.path for d in done if d.other is not None} | {e.path for e in errors}
+        for base, action in sorted(bases.items()):  # a WAL changed: snapshot its database
+            if base not in snapped:
+                result = _snapshot(state, base, False, recent)
+                _collect(state, action, result, done, errors, counts, path=base)
     except DurableError as exc:
         fatal = str(exc)
         log.error("checkpoint.durable-failed adapter=%s error=%s", state.name, exc)
@@ -120,6 +156,8 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
             log.error("checkpoint.manifest-failed adapter=%s error=%s", state.name, exc)
     if fatal is None:
         _apply(state.index, done, started_ns)
+        failed = {e.path for e in errors}
+        _record_companions(state, [c for c, base in companions if base not in failed], recent)
         if uploads:
             _finish_staging(state)
     else:  # keep verified-equal results; published ones are taken again next pass
@@ -140,11 +178,42 @@ def _written(c: Copied) -> int:
     return c.written if isinstance(c, segments.Logged) else c.size
 
 
-def _execute_uploads(state: AdapterState, uploads: list[Upload], jobs: int, final: bool
-                     ) -> Generator[tuple[Upload, Copied | Exception], None, None]:
+@attrs.frozen
+class _Companion:
+    """A changed -wal/-shm/-journal of an unlisted database: never copied raw."""
+
+    base: str
+
+
+_Result = Copied | Published | _Companion | Exception
+
+
+def _snapshot(state: AdapterState, path: str, listed: bool, recent: int) -> _Result:
+    assert state.sqlite is not None
+    if not listed:
+        log.warning("sqlite.unlisted adapter=%s path=%s: a SQLite database not listed in the "
+                    "adapter's `sqlite` key; snapshotting it with the backup API", state.name,
+                    path)
+    try:
+        return sqlite.snapshot_and_publish(state.store, state.live, path, state.sqlite,
+                                           state.index, listed=listed, recent_after_ns=recent)
+    except (SourceError, Vanished) as exc:
+        return exc
+
+
+def _execute_uploads(state: AdapterState, uploads: list[Upload | Snapshot], jobs: int,
+                     recent: int, final: bool
+                     ) -> Generator[tuple[Upload | Snapshot, _Result], None, None]:
+    sniff = state.sqlite is not None
     logs = state.segments
 
-    def one(action: Upload) -> Copied | Exception:
+    def one(action: Upload | Snapshot) -> _Result:
+        if isinstance(action, Snapshot):
+            return _snapshot(state, action.path, action.listed, recent)
+        if sniff:
+            base = sqlite.companion_base(state.live, action.path)
+            if base is not None:
+                return _Companion(base)
         rec = state.index.get(action.path)
         known = rec is not None and rec.kind == "file"
         try:
@@ -153,7 +222,9 @@ def _execute_uploads(state: AdapterState, uploads: list[Upload], jobs: int, fina
                                         state.index, final=final, compact=action.compact)
             return upload(state.store, os.fspath(state.live), action.path,
                           known_hash=rec.hash64 if known and rec else None,
-                          known_size=rec.size if known and rec else None)
+                          known_size=rec.size if known and rec else None, sniff_sqlite=sniff)
+        except SQLiteFile:
+            return _snapshot(state, action.path, False, recent)
         except (SourceError, Vanished, NotRegular, segments.Waiting) as exc:
             return exc
 
@@ -172,9 +243,16 @@ def _execute_uploads(state: AdapterState, uploads: list[Upload], jobs: int, fina
                 fut.cancel()
 
 
-def _collect(state: AdapterState, action: Upload, result: Copied | Exception,
-             done: list[_Done], errors: list[PathError], counts: dict[str, int]) -> None:
-    if isinstance(result, Copied):
+def _collect(state: AdapterState, action: Upload | Snapshot, result: _Result,
+             done: list[_Done], errors: list[PathError], counts: dict[str, int],
+             path: str | None = None) -> None:
+    if isinstance(result, Published):
+        done.append(_Done(result.entry.path, copied=result.copied, other=result))
+        if not result.copied.published:
+            counts["unchanged"] += 1
+    elif isinstance(result, _Companion):
+        pass
+    elif isinstance(result, Copied):
         done.append(_Done(action.path, copied=result))
         if not result.published:
             counts["unchanged"] += 1
@@ -191,8 +269,9 @@ def _collect(state: AdapterState, action: Upload, result: Copied | Exception,
         counts["skipped"] += 1
         log.info("copy.not-regular adapter=%s path=%s", state.name, action.path)
     elif isinstance(result, SourceError):
-        errors.append(PathError(state.name, action.path, result.operation, result.reason))
-        log.warning("copy.failed adapter=%s path=%s error=%s", state.name, action.path,
+        where = path or action.path
+        errors.append(PathError(state.name, where, result.operation, result.reason))
+        log.warning("copy.failed adapter=%s path=%s error=%s", state.name, where,
                     result.reason)
 
 
@@ -219,6 +298,8 @@ def _record_link(state: AdapterState, path: str, done: list[_Done],
 
 
 def _entry(done: _Done) -> Entry:
+    if done.other is not None:
+        return done.other.entry
     if done.copied is not None:
         c = done.copied
         if isinstance(c, segments.Logged):
@@ -232,10 +313,16 @@ def _entry(done: _Done) -> Entry:
 def index_entries(index: Index) -> Iterable[Entry]:
     """Every published entry the index knows, for a base manifest."""
     for path, rec in index.items():
-        extra: dict[str, Any] = dict(index.extras.get(path, {}))
+        local = index.extras.get(path, {})
+        if local.get("_local"):
+            continue  # a companion of an unlisted database: never published
+        extra: dict[str, Any] = {k: v for k, v in local.items() if not k.startswith("_")}
         obj = extra.pop("object", None)
         extra.pop(segments.LOCAL, None)
-        yield Entry(path, rec.kind, rec.size, rec.mtime_ns, rec.mode & 0o7777, rec.hash64,
+        # a snapshot's size and time differ from the live file's stat kept in the record
+        size = extra.pop("size", rec.size)
+        mtime = extra.pop("mtime_ns", rec.mtime_ns)
+        yield Entry(path, rec.kind, size, mtime, rec.mode & 0o7777, rec.hash64,
                     target=index.links.get(path), object=obj, extra=extra)
 
 
@@ -262,7 +349,12 @@ def _write_manifest(state: AdapterState, published: list[_Done], now_ns: int) ->
 
 def _apply(index: Index, done: Iterable[_Done], started_ns: int) -> None:
     for d in done:
-        if d.copied is not None:
+        if d.other is not None:
+            e = d.other.entry
+            size, mtime, ctime = d.other.sig
+            index.record(d.path, size=size, mtime_ns=mtime, ctime_ns=ctime,
+                         hash64=e.hash or 0, mode=e.mode, kind=e.kind, extra=d.other.extra)
+        elif d.copied is not None:
             c = d.copied
             size, mtime, ctime = c.stat_before
             too_recent = mtime >= started_ns - GRANULARITY_NS
@@ -278,6 +370,19 @@ def _apply(index: Index, done: Iterable[_Done], started_ns: int) -> None:
             index.record(d.path, size=size, mtime_ns=mtime, ctime_ns=ctime,
                          hash64=link_hash(d.link_target), mode=mode, kind="symlink",
                          target=d.link_target)
+
+
+def _record_companions(state: AdapterState, paths: list[str], recent: int) -> None:
+    """Remember the stat of unlisted databases' companions (local only, not in the manifest),
+    so an idle WAL does not trigger a snapshot every pass."""
+    for path in paths:
+        try:
+            st = os.lstat(state.live / path)
+        except OSError:
+            continue
+        state.index.record(path, size=st.st_size, mtime_ns=st.st_mtime_ns,
+                           ctime_ns=DIRTY if st.st_mtime_ns >= recent else st.st_ctime_ns,
+                           hash64=0, mode=st.st_mode, kind="sqlite", extra={"_local": True})
 
 
 def _prepare_staging(state: AdapterState) -> None:

@@ -155,6 +155,11 @@ def _print_status(status: dict[str, Any]) -> None:
     if restore:
         state = "complete" if restore.get("complete") else "INCOMPLETE"
         print(f"last restore: {state} at {_fmt_time(restore.get('finished_ns'))}")
+    lib = status.get("sqlite") or {}
+    if lib:
+        print(f"SQLite library: {lib['version']}")
+        if lib.get("warning"):
+            print(f"  WARNING: {lib['warning']}")
     print("adapters:")
     for a in status["adapters"]:
         print(f"  {a['name']}: {a['live']} -> {a['durable']}")
@@ -164,6 +169,9 @@ def _print_status(status: dict[str, Any]) -> None:
               f"last pass published {a.get('last_files', 0)} file(s), "
               f"{a.get('last_bytes', 0)} bytes; total {a.get('total_files', 0)} file(s), "
               f"{a.get('total_bytes', 0)} bytes; {a['indexed_files']} indexed")
+        for db in a.get("databases", []):
+            print(f"    database {db['path']}: last snapshot {_fmt_time(db.get('snapshot_ns'))}, "
+                  f"{db.get('size', 0)} bytes")
         if a.get("last_error"):
             print(f"    last error: {a['last_error']}")
 

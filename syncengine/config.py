@@ -21,13 +21,14 @@ from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
     {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs",
-     "journal_dir"}
+     "journal_dir", "sqlite_busy_timeout"}
 )
 ADAPTER_KEYS = frozenset(
     {"name", "description", "live", "durable", "exclude", "sqlite", "segments"}
 )
 DEFAULT_INTERVAL = 15.0
 DEFAULT_JOBS = 8
+DEFAULT_SQLITE_BUSY_TIMEOUT = 2.0
 
 
 @attrs.frozen
@@ -57,6 +58,7 @@ class Config:
     adapters: tuple[AdapterSpec, ...]
     interval: float = DEFAULT_INTERVAL
     jobs: int = DEFAULT_JOBS
+    sqlite_busy_timeout: float = DEFAULT_SQLITE_BUSY_TIMEOUT  # wait for a locked database (s)
     sources: Mapping[str, str] = attrs.field(factory=dict)
     journal_dir: Path | None = None  # None: <durable_root>/journal
 
@@ -153,11 +155,12 @@ def config_from_dict(
     if jobs < 1 or jobs > 256:
         raise ConfigError(f"{layers.sources['jobs']}: jobs must be between 1 and 256")
     journal_dir = layers.path("journal_dir", default=str(durable_root / "journal"))
+    busy = layers.number("sqlite_busy_timeout", default=DEFAULT_SQLITE_BUSY_TIMEOUT)
     specs = _adapter_specs(layers, local_root, durable_root)
     _check_overlaps(specs, state_dir)
     return Config(local_root=local_root, durable_root=durable_root, state_dir=state_dir,
-                  adapters=specs, interval=interval, jobs=jobs, sources=dict(layers.sources),
-                  journal_dir=journal_dir)
+                  adapters=specs, interval=interval, jobs=jobs, sqlite_busy_timeout=busy,
+                  sources=dict(layers.sources), journal_dir=journal_dir)
 
 
 @attrs.define

@@ -15,11 +15,13 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import xxhash
 
 from syncengine.errors import DurableError, SourceError, durable_error, source_error
+from syncengine.manifest import Entry
 from syncengine.savefile import Staged
 from syncengine.store import Store
 
@@ -33,6 +35,13 @@ class Vanished(Exception):
 
 class NotRegular(Exception):
     """The source is no longer a regular file (replaced by a FIFO, socket, directory)."""
+
+
+class SQLiteFile(Exception):
+    """The source starts with the SQLite header: snapshot it, never copy it raw."""
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def open_source(path: str) -> tuple[int, os.stat_result]:
@@ -108,16 +117,40 @@ class Copied:
     raced: bool  # the file changed while it was read: do not record it as clean
 
 
+@attrs.frozen
+class Published:
+    """An entry published by another route than a plain file copy (a SQLite snapshot).
+
+    `copied` is the upload of its bytes (``published`` False: equal to the last
+    published object); `sig` is the index signature (size, mtime_ns, ctime_ns)
+    of the live source; `extra` is stored in ``index.extras``.
+    """
+
+    entry: Entry
+    copied: Copied
+    sig: tuple[int, int, int]
+    extra: dict[str, Any]
+
+
 def _sig(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def upload(store: Store, live_root: str, relpath: str, *, known_hash: int | None,
-           known_size: int | None) -> Copied:
-    """Publish one live file to the store unless its content is already there."""
+           known_size: int | None, dest: str | None = None, sniff_sqlite: bool = False
+           ) -> Copied:
+    """Publish one live file to the store unless its content is already there.
+
+    `dest` names the object (default: `relpath`).  With `sniff_sqlite`, a file
+    that starts with the SQLite header raises `SQLiteFile` instead (one small
+    read of a file that changed anyway).
+    """
     src = f"{live_root}/{relpath}"
+    dest = dest or relpath
     fd, st = open_source(src)
     try:
+        if sniff_sqlite and st.st_size >= 512 and _starts_with_header(fd):
+            raise SQLiteFile(relpath)
         if known_hash is not None and known_size == st.st_size:
             if hash_file(fd, st.st_size, name=src) == known_hash:
                 after = os.fstat(fd)
@@ -126,14 +159,21 @@ def upload(store: Store, live_root: str, relpath: str, *, known_hash: int | None
             os.lseek(fd, 0, os.SEEK_SET)
         with store.staged(st.st_mode) as tmp:
             size, h = stream(fd, st.st_size, tmp.write, src_name=src,
-                             dst_name=f"{store.root}/{relpath}")
-            _close(tmp, st, store, relpath)
-            store.publish(tmp, relpath)
+                             dst_name=f"{store.root}/{dest}")
+            _close(tmp, st, store, dest)
+            store.publish(tmp, dest)
         after = os.fstat(fd)
     finally:
         os.close(fd)
     raced = size != st.st_size or _sig(after) != _sig(st)
     return Copied(True, size, h, st.st_mode, st.st_mtime_ns, _sig(st), raced=raced)
+
+
+def _starts_with_header(fd: int) -> bool:
+    try:
+        return os.pread(fd, len(SQLITE_HEADER), 0) == SQLITE_HEADER
+    except OSError:
+        return False  # the copy that follows reports the read error
 
 
 def _close(tmp: Staged, st: os.stat_result, store: Store, relpath: str) -> None:
@@ -143,5 +183,6 @@ def _close(tmp: Staged, st: os.stat_result, store: Store, relpath: str) -> None:
         raise durable_error("close (commit)", f"{store.root}/{relpath}", exc) from exc
 
 
-__all__ = ["Copied", "DurableError", "NotRegular", "SourceError", "Vanished", "hash_file",
-           "link_hash", "open_source", "stream", "upload"]
+__all__ = ["SQLITE_HEADER", "Copied", "DurableError", "NotRegular", "Published", "SQLiteFile",
+           "SourceError", "Vanished", "hash_file", "link_hash", "open_source", "stream",
+           "upload"]

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import attrs
 
-from syncengine import checkpoint, restore, savefile, segments
+from syncengine import checkpoint, restore, savefile, segments, sqlite
 from syncengine.checkpoint import AdapterState
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.errors import ConfigError, DurableError, LockBusy, durable_error
@@ -27,15 +27,12 @@ from syncengine.journal import Journal
 from syncengine.lock import StateLock
 from syncengine.manifest import load as load_manifest
 from syncengine.patterns import Matcher, compile_patterns
-from syncengine.plan import Upload, plan_checkpoint
+from syncengine.plan import Snapshot, Upload, plan_checkpoint
 from syncengine.report import AdapterReport, PathError, Report
 from syncengine.scan import ScanJob, scan
 from syncengine.store import Store
 
 log = logging.getLogger("syncengine")
-
-SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
-
 
 def exclusion_patterns(spec: AdapterSpec) -> tuple[str, ...]:
     """An adapter's exclusions: its own list plus its SQLite databases and companions.
@@ -43,7 +40,8 @@ def exclusion_patterns(spec: AdapterSpec) -> tuple[str, ...]:
     A listed database is never copied as a file: its WAL and SHM are read at
     different transaction boundaries (the SQLite adapter snapshots it instead).
     """
-    dbs = tuple(f"/{p.lstrip('/')}{suffix}" for p in spec.sqlite for suffix in SQLITE_COMPANIONS)
+    dbs = tuple(f"/{p.lstrip('/')}{suffix}"
+                for p in spec.sqlite for suffix in ("", *sqlite.COMPANIONS))
     return spec.exclude + dbs
 
 
@@ -100,10 +98,17 @@ class Engine:
             index_path=self._index_path(spec.name),
             staging_marker=self.config.state_dir / "staging" / f"{spec.name}.pending",
             segments=self._logs.get(spec.name),
+            sqlite=self._sqlite_options(), sqlite_patterns=spec.sqlite,
         )
         if fresh and seed:
             _seed_from_manifest(state)
         return state
+
+    def _sqlite_options(self) -> sqlite.Options:
+        state_dir = self.config.state_dir
+        return sqlite.Options(staging=state_dir / "sqlite-staging",
+                              quarantine=state_dir / "sqlite-quarantine",
+                              busy_timeout=self.config.sqlite_busy_timeout)
 
     def _skip_dirs(self, spec: AdapterSpec) -> frozenset[str]:
         state_dir = self.config.state_dir
@@ -162,11 +167,12 @@ class Engine:
                 continue
             missing = checkpoint.find_missing(state, result)
             idle = segments.idle_chains(state.index, started) if state.segments else frozenset()
-            actions = plan_checkpoint(result, state.index, missing, idle)
+            actions = plan_checkpoint(result, state.index, missing, idle) + tuple(
+                sqlite.plan_databases(state.live, state.sqlite_patterns, state.index))
             if dry_run:
                 reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
                 continue
-            if any(isinstance(a, Upload) for a in actions):
+            if any(isinstance(a, (Upload, Snapshot)) for a in actions):
                 try:
                     self._check_durable_root()
                 except DurableError as exc:
@@ -305,6 +311,7 @@ class Engine:
                 "origin": spec.origin, "exclude": list(self._matchers[spec.name].patterns),
                 "live_exists": spec.live.is_dir(),
                 "indexed_files": len(idx) if idx is not None else 0,
+                "databases": _databases(idx) if idx is not None else [],
                 **{k: v for k, v in st.items() if k != "adapter"},
             })
         return {
@@ -314,9 +321,12 @@ class Engine:
                 "state_dir": [str(cfg.state_dir), cfg.sources.get("state_dir")],
                 "interval": [cfg.interval, cfg.sources.get("interval")],
                 "jobs": [cfg.jobs, cfg.sources.get("jobs")],
+                "sqlite_busy_timeout": [cfg.sqlite_busy_timeout,
+                                        cfg.sources.get("sqlite_busy_timeout")],
                 "adapters": [[s.name for s in cfg.adapters], cfg.sources.get("adapters")],
             },
             "restore": _read_json(cfg.state_dir / "restore.json") or None,
+            "sqlite": sqlite.library_version(),
             "adapters": adapters,
         }
 
@@ -338,10 +348,27 @@ def _seed_from_manifest(state: AdapterState) -> None:
                                kind=entry.kind, target=entry.target)
         elif entry.kind == "segments":
             segments.seed(state.index, entry)
+        elif entry.kind == "sqlite":  # snapshot next pass; published only if it differs
+            state.index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns,
+                               ctime_ns=DIRTY, hash64=entry.hash or 0, mode=entry.mode,
+                               kind="sqlite", extra=sqlite.seed_extra(entry, state.sqlite_patterns))
     if manifest_state.last_seq:
         state.index.meta.update(manifest_seq=manifest_state.last_seq,
                                 base_seq=manifest_state.base_seq,
                                 deltas=manifest_state.deltas_since_base)
+
+
+def _databases(index: Index) -> list[dict[str, Any]]:
+    """The SQLite snapshots the index knows: path, object, size, time of the last one."""
+    out = []
+    for path, rec in sorted(index.items()):
+        extra = index.extras.get(path, {})
+        if rec.kind == "sqlite" and not extra.get("_local"):
+            out.append({"path": path, "object": extra.get("object"),
+                        "size": extra.get("size", rec.size),
+                        "snapshot_ns": extra.get("snapshot_ns"),
+                        "listed": bool(extra.get("_listed"))})
+    return out
 
 
 def _read_json(path: Path) -> dict[str, Any]:

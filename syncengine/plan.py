@@ -62,7 +62,19 @@ class SkipSpecial:
         return f"skip {self.path} (not a regular file or symlink)"
 
 
-CheckpointAction = Upload | RecordLink | MarkAbsent | SkipSpecial
+@attrs.frozen
+class Snapshot:
+    """Copy a SQLite database with the online backup API; publish it if it differs."""
+
+    path: str
+    reason: str
+    listed: bool = True  # False: an unlisted database found by its header in a tree
+
+    def __str__(self) -> str:
+        return f"snapshot {self.path} ({self.reason})"
+
+
+CheckpointAction = Upload | RecordLink | MarkAbsent | SkipSpecial | Snapshot
 
 
 def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
@@ -159,7 +171,20 @@ class Reject:
         return f"refuse {self.entry.path} ({self.reason})"
 
 
-RestoreAction = Fetch | MakeLink | KeepLocal | Reject
+@attrs.frozen
+class RestoreDB:
+    """A SQLite database: keep a valid local one, else restore the verified snapshot."""
+
+    entry: Entry
+    legacy_wal: str | None = None  # old raw layout: the durable -wal to replay, if any
+
+    def __str__(self) -> str:
+        src = "raw db+wal (old layout)" if self.entry.extra.get("legacy") else "snapshot"
+        return (f"sqlite {self.entry.path} (keep if the local database is valid, "
+                f"else restore the {src})")
+
+
+RestoreAction = Fetch | MakeLink | KeepLocal | Reject | RestoreDB
 
 
 def plan_restore_entry(entry: Entry, local: LocalState | None, *, unsafe: str | None,

@@ -18,7 +18,7 @@ from collections.abc import Generator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 
-from syncengine import manifest, savefile, segments
+from syncengine import manifest, savefile, segments, sqlite_restore
 from syncengine.checkpoint import AdapterState
 from syncengine.copier import link_hash, stream
 from syncengine.errors import DurableError, SourceError, durable_error, source_error
@@ -31,6 +31,7 @@ from syncengine.plan import (
     MakeLink,
     Reject,
     RestoreAction,
+    RestoreDB,
     plan_restore_entry,
 )
 from syncengine.report import AdapterReport, PathError
@@ -86,6 +87,8 @@ def _local_state(live: DirCache, relpath: str) -> LocalState | None:
 def plan(state: AdapterState, entries: Iterable[Entry]) -> list[RestoreAction]:
     """One action per durable entry, decided against the live tree."""
     actions: list[RestoreAction] = []
+    entries, databases = sqlite_restore.plan(entries, state.sqlite_patterns, state.live,
+                                             state.store)
     with DirCache(state.live) as live:
         for entry in sorted(entries, key=lambda e: e.path):
             unsafe = None
@@ -104,6 +107,7 @@ def plan(state: AdapterState, entries: Iterable[Entry]) -> list[RestoreAction]:
             except OSError as exc:
                 unsafe = f"cannot inspect the live path: {exc.strerror}"
             actions.append(plan_restore_entry(entry, local, unsafe=unsafe, known_kinds=KINDS))
+    actions.extend(databases)
     return actions
 
 
@@ -115,6 +119,8 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
     fatal = None
     index = state.index
     fetches = [a for a in actions if isinstance(a, (Fetch, MakeLink))]
+    databases = [a for a in actions if isinstance(a, RestoreDB)]
+    dbs_restored = 0
     try:
         with DirCache(state.live, create=True) as live, state.store.reader() as durable, \
                 closing(_execute(fetches, live, durable, jobs)) as results:
@@ -122,10 +128,18 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
                 if isinstance(result, tuple):
                     restored.append(result)
                 else:
-                    errors.append(PathError(state.name, action.entry.path, result.operation,
-                                            result.reason))
-                    log.warning("restore.failed adapter=%s path=%s error=%s", state.name,
-                                action.entry.path, result.reason)
+                    _failed(state, action.entry.path, result, errors)
+            for db in databases:
+                try:
+                    if state.sqlite is None:
+                        raise SourceError(db.entry.path, "restore", "no SQLite options")
+                    outcome = sqlite_restore.restore_db(db, live, durable, state.sqlite)
+                except SourceError as exc:
+                    _failed(state, db.entry.path, exc, errors)
+                    continue
+                sqlite_restore.record(index, db, outcome, state.sqlite_patterns)
+                counts["kept"] += outcome.kept
+                dbs_restored += not outcome.kept
     except DurableError as exc:
         fatal = str(exc)
     for other in actions:
@@ -149,9 +163,15 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
     if index.changed:
         index.save(state.index_path)
     files = [e for e, _, _ in restored if e.kind != "symlink"]
-    return AdapterReport(name=state.name, files=len(files), bytes=sum(e.size for e in files),
+    return AdapterReport(name=state.name, files=len(files) + dbs_restored,
+                         bytes=sum(e.size for e in files),
                          kept_local=counts["kept"], links=counts["links"],
                          errors=tuple(errors), fatal=fatal)
+
+
+def _failed(state: AdapterState, path: str, exc: SourceError, errors: list[PathError]) -> None:
+    errors.append(PathError(state.name, path, exc.operation, exc.reason))
+    log.warning("restore.failed adapter=%s path=%s error=%s", state.name, path, exc.reason)
 
 
 def _seed(index: Index, entry: Entry) -> None:

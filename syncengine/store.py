@@ -106,6 +106,15 @@ class Store:
         except OSError as exc:
             raise durable_error("stat", self.root, exc) from exc
 
+    def is_file(self, relpath: str) -> bool:
+        """Whether a regular file is at `relpath` (restore only: one stat, no listing)."""
+        try:
+            return stat.S_ISREG(os.stat(self.root / relpath, follow_symlinks=False).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise durable_error("stat", self.root / relpath, exc) from exc
+
     def reader(self) -> DirCache:
         """A cache of directory descriptors for safe reads; close it when done."""
         return DirCache(self.root)

@@ -28,9 +28,12 @@ def test_defaults_reproduce_the_design_layout() -> None:
     assert got == {n: (Path("/srv/a") / live, Path("/data") / dur)
                    for n, (live, dur) in LAYOUT.items()}
     codex = cfg.adapter("codex")
-    for pattern in ("*.sqlite*", "*.db", "*.db-*", "*-wal", "*-shm", "db-backups", "cache",
-                    ".tmp", "mcp-oauth-locks"):
+    # The design's exclusions, except that goals/memories databases (which may hold data
+    # that cannot be rebuilt) are snapshotted; the state/logs caches stay excluded.
+    for pattern in ("state_*.sqlite*", "logs_*.sqlite*", "*.db", "*.db-*", "*-wal", "*-shm",
+                    "db-backups", "cache", ".tmp", "mcp-oauth-locks"):
         assert pattern in codex.exclude
+    assert codex.sqlite == ("goals_*.sqlite", "memories_*.sqlite")
 
 
 def test_precedence_env_then_file_then_flag(tmp_path: Path) -> None:
