@@ -20,6 +20,7 @@ from syncengine.errors import (
     SyncEngineError,
 )
 from syncengine.report import AdapterReport, PathError, Report
+from syncengine.runner import Runner
 
 __version__ = "0.1.0"
 
@@ -34,6 +35,7 @@ __all__ = [
     "LockBusy",
     "PathError",
     "Report",
+    "Runner",
     "SourceError",
     "SyncEngineError",
     "__version__",

@@ -20,11 +20,13 @@ import attrs
 from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
-    {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs"}
+    {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs",
+     "rescan_interval"}
 )
 ADAPTER_KEYS = frozenset({"name", "description", "live", "durable", "exclude", "sqlite"})
 DEFAULT_INTERVAL = 15.0
 DEFAULT_JOBS = 8
+DEFAULT_RESCAN_INTERVAL = 600.0
 
 
 @attrs.frozen
@@ -53,6 +55,7 @@ class Config:
     adapters: tuple[AdapterSpec, ...]
     interval: float = DEFAULT_INTERVAL
     jobs: int = DEFAULT_JOBS
+    rescan_interval: float = DEFAULT_RESCAN_INTERVAL  # daemon: full walk even with events
     sources: Mapping[str, str] = attrs.field(factory=dict)
 
     def adapter(self, name: str) -> AdapterSpec:
@@ -145,12 +148,14 @@ def config_from_dict(
     interval = layers.number("interval", env_key="AGENT_STATE_CHECKPOINT_SECONDS",
                              default=DEFAULT_INTERVAL)
     jobs = int(layers.number("jobs", default=DEFAULT_JOBS))
+    rescan = layers.number("rescan_interval", default=DEFAULT_RESCAN_INTERVAL)
     if jobs < 1 or jobs > 256:
         raise ConfigError(f"{layers.sources['jobs']}: jobs must be between 1 and 256")
     specs = _adapter_specs(layers, local_root, durable_root)
     _check_overlaps(specs, state_dir)
     return Config(local_root=local_root, durable_root=durable_root, state_dir=state_dir,
-                  adapters=specs, interval=interval, jobs=jobs, sources=dict(layers.sources))
+                  adapters=specs, interval=interval, jobs=jobs, rescan_interval=rescan,
+                  sources=dict(layers.sources))
 
 
 @attrs.define

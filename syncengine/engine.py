@@ -22,18 +22,19 @@ from syncengine import checkpoint, restore, savefile
 from syncengine.checkpoint import AdapterState
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.errors import ConfigError, DurableError, LockBusy, durable_error
-from syncengine.index import DIRTY, Index
+from syncengine.index import DIRTY, SIG, Index
 from syncengine.lock import StateLock
 from syncengine.manifest import load as load_manifest
 from syncengine.patterns import Matcher, compile_patterns
 from syncengine.plan import Upload, plan_checkpoint
 from syncengine.report import AdapterReport, PathError, Report
-from syncengine.scan import ScanJob, scan
+from syncengine.scan import ScanJob, Seen, scan, scan_paths
 from syncengine.store import Store
 
 log = logging.getLogger("syncengine")
 
 SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
+Hints = Mapping[str, "set[str] | frozenset[str] | None"]
 
 
 def exclusion_patterns(spec: AdapterSpec) -> tuple[str, ...]:
@@ -59,6 +60,7 @@ class Engine:
             for s in config.adapters
         }
         self._indexes: dict[str, Index] = {}
+        self._recheck: dict[str, set[str]] = {}
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | None = None, *,
@@ -95,7 +97,7 @@ class Engine:
             _seed_from_manifest(state)
         return state
 
-    def _skip_dirs(self, spec: AdapterSpec) -> frozenset[str]:
+    def skip_dirs(self, spec: AdapterSpec) -> frozenset[str]:
         state_dir = self.config.state_dir
         if spec.live in state_dir.parents:
             return frozenset({state_dir.relative_to(spec.live).as_posix()})
@@ -103,23 +105,30 @@ class Engine:
 
     # -- operations ------------------------------------------------------
     def checkpoint(self, adapters: Sequence[str] | None = None, *, wait: bool = True,
-                   dry_run: bool = False) -> Report:
+                   dry_run: bool = False, hints: Hints | None = None,
+                   lock_timeout: float | None = None) -> Report:
         """Publish what changed in each adapter's live tree.
 
         With ``wait=False`` (the periodic timer) a run that finds another one
-        holding the lock returns at once with ``skipped_busy=True``.
+        holding the lock returns at once with ``skipped_busy=True``; with
+        `lock_timeout` it waits that long at most.  `hints` (from a file
+        watcher) maps an adapter name to the relative paths that changed, or
+        None for a full walk; adapters not in it are walked in full.  Paths
+        that changed in the previous pass are looked at again (a copy that
+        raced a writer, or a too-recent mtime, is re-checked next pass).
         """
         started = self.clock()
         t0 = time.monotonic()
         specs = self.config.select(adapters)
-        lock = StateLock(self.config.state_dir, wait=wait)
+        lock = StateLock(self.config.state_dir, wait=wait or lock_timeout is not None,
+                         timeout=lock_timeout)
         try:
             lock.acquire()
         except LockBusy:
             log.info("checkpoint.skipped reason=busy state_dir=%s", self.config.state_dir)
             return Report("checkpoint", started, 0.0, (), skipped_busy=True)
         try:
-            reports = self._checkpoint_locked(specs, started, dry_run)
+            reports = self._checkpoint_locked(specs, started, dry_run, hints or {})
         finally:
             lock.release()
         report = Report("checkpoint", started, time.monotonic() - t0, tuple(reports),
@@ -128,8 +137,8 @@ class Engine:
             self._write_status(report)
         return report
 
-    def _checkpoint_locked(self, specs: Sequence[AdapterSpec], started: int, dry_run: bool
-                           ) -> list[AdapterReport]:
+    def _checkpoint_locked(self, specs: Sequence[AdapterSpec], started: int, dry_run: bool,
+                           hints: Hints) -> list[AdapterReport]:
         states = []
         reports = []
         for spec in specs:
@@ -138,8 +147,13 @@ class Engine:
             except DurableError as exc:
                 reports.append(AdapterReport(spec.name, fatal=str(exc)))
         jobs = [ScanJob(s.name, os.fspath(s.live), self._matchers[s.name], s.index.records,
-                        self._skip_dirs(self.config.adapter(s.name))) for s in states]
-        results = scan(jobs, workers=self.scan_workers)
+                        self.skip_dirs(self.config.adapter(s.name))) for s in states]
+        full = [j for j in jobs if hints.get(j.name) is None]
+        results = scan(full, workers=self.scan_workers) if full else {}
+        for job in jobs:
+            paths = hints.get(job.name)
+            if paths is not None:
+                results[job.name] = scan_paths(job, set(paths) | self._recheck.get(job.name, set()))
         for state in states:
             t0 = time.monotonic()
             result = results[state.name]
@@ -148,7 +162,10 @@ class Engine:
             if not result.exists:
                 reports.append(AdapterReport(state.name))
                 continue
-            missing = checkpoint.find_missing(state, result)
+            if result.gone is None:
+                missing = checkpoint.find_missing(state, result)
+            else:
+                missing = checkpoint.missing_among(state, result.gone)
             actions = plan_checkpoint(result, state.index, missing)
             if dry_run:
                 reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
@@ -160,6 +177,7 @@ class Engine:
                     reports.append(AdapterReport(state.name, fatal=str(exc)))
                     continue
             rep = checkpoint.run(state, actions, started_ns=started, jobs=self.config.jobs)
+            self._recheck[state.name] = _unsettled(state.index, result.changed)
             scan_errors = tuple(
                 PathError(state.name, p, "scan", r) for p, r in result.errors)
             reports.append(_with(rep, errors=rep.errors + scan_errors,
@@ -244,11 +262,17 @@ class Engine:
     def status(self) -> dict[str, Any]:
         """Effective configuration with sources, and per-adapter state (local files only)."""
         cfg = self.config
+        daemon = _daemon_status(cfg.state_dir / "daemon.json")
+        pending = daemon.get("pending", {}) if daemon.get("running") else {}
+        now = self.clock()
         adapters = []
         for spec in cfg.adapters:
             st = _read_json(self._status_path(spec.name))
             idx = Index.load(self._index_path(spec.name))
+            last = st.get("last_checkpoint_ns")
             adapters.append({
+                "loss_window_s": round((now - last) / 1e9, 3) if last else None,
+                "pending": pending.get(spec.name, 0) if daemon.get("running") else None,
                 "name": spec.name, "live": str(spec.live), "durable": str(spec.durable),
                 "origin": spec.origin, "exclude": list(self._matchers[spec.name].patterns),
                 "live_exists": spec.live.is_dir(),
@@ -262,9 +286,11 @@ class Engine:
                 "state_dir": [str(cfg.state_dir), cfg.sources.get("state_dir")],
                 "interval": [cfg.interval, cfg.sources.get("interval")],
                 "jobs": [cfg.jobs, cfg.sources.get("jobs")],
+                "rescan_interval": [cfg.rescan_interval, cfg.sources.get("rescan_interval")],
                 "adapters": [[s.name for s in cfg.adapters], cfg.sources.get("adapters")],
             },
             "restore": _read_json(cfg.state_dir / "restore.json") or None,
+            "daemon": daemon or None,
             "adapters": adapters,
         }
 
@@ -288,6 +314,32 @@ def _seed_from_manifest(state: AdapterState) -> None:
         state.index.meta.update(manifest_seq=manifest_state.last_seq,
                                 base_seq=manifest_state.base_seq,
                                 deltas=manifest_state.deltas_since_base)
+
+
+def _unsettled(index: Index, changed: Sequence[Seen]) -> set[str]:
+    """Changed paths the index does not yet hold as settled (dirty, or not recorded)."""
+    dirty = SIG.pack(0, 0, DIRTY)[16:]
+    out = set()
+    for seen in changed:
+        raw = index.records.get(seen.path)
+        if (raw is None or raw[16:24] == dirty
+                or not raw.startswith(SIG.pack(seen.size, seen.mtime_ns, seen.ctime_ns))):
+            out.add(seen.path)
+    return out
+
+
+def _daemon_status(path: Path) -> dict[str, Any]:
+    """The runner's status file; `running` is cleared when its process is gone."""
+    data = _read_json(path)
+    pid = data.get("pid")
+    if data.get("running") and isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            data["running"] = False
+        except PermissionError:
+            pass
+    return data
 
 
 def _read_json(path: Path) -> dict[str, Any]:
