@@ -164,6 +164,12 @@ def _print_status(status: dict[str, Any]) -> None:
     if restore:
         state = "complete" if restore.get("complete") else "INCOMPLETE"
         print(f"last restore: {state} at {_fmt_time(restore.get('finished_ns'))}")
+    daemon = status.get("daemon")
+    if daemon:
+        state = f"running (pid {daemon.get('pid')})" if daemon.get("running") else "not running"
+        print(f"daemon: {state}, mode {daemon.get('mode')}, interval {daemon.get('interval')}s, "
+              f"last pass {_fmt_time(daemon.get('last_pass_ns'))}"
+              + (f", last error: {daemon['last_error']}" if daemon.get("last_error") else ""))
     print("adapters:")
     for a in status["adapters"]:
         print(f"  {a['name']}: {a['live']} -> {a['durable']}")
@@ -173,6 +179,11 @@ def _print_status(status: dict[str, Any]) -> None:
               f"last pass published {a.get('last_files', 0)} file(s), "
               f"{a.get('last_bytes', 0)} bytes; total {a.get('total_files', 0)} file(s), "
               f"{a.get('total_bytes', 0)} bytes; {a['indexed_files']} indexed")
+        if a.get("loss_window_s") is not None or a.get("pending") is not None:
+            pending = a.get("pending")
+            print(f"    loss window: {a.get('loss_window_s')}s since the last checkpoint; pending: "
+                  + ("no daemon" if pending is None and not daemon else
+                     "full walk due" if pending is None else f"{pending} changed path(s)"))
         if a.get("last_error"):
             print(f"    last error: {a['last_error']}")
 

@@ -136,7 +136,11 @@ class Runner:
         that, or another process's checkpoint, takes longer than `timeout`.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        return self._pass("now", wait=True, full=True, deadline=deadline)
+        report = self._pass("now", wait=True, full=True, deadline=deadline)
+        if report.skipped_busy:
+            raise LockBusy(f"checkpoint_now: another checkpoint or restore held the state lock "
+                           f"for more than {timeout}s")
+        return report
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
