@@ -30,10 +30,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen_tree import generate, list_jsonl, mutate, parse_size  # noqa: E402
+from gen_tree import generate, list_jsonl, mutate, parse_size
 
-from syncengine import Engine, config_from_dict  # noqa: E402
-from syncengine.watch import Watcher  # noqa: E402
+from syncengine import Engine, config_from_dict
+from syncengine.watch import Watcher
 
 
 def timed(fn: object) -> float:
@@ -122,7 +122,8 @@ def main() -> int:
 
     # idle CPU of `syncengine run -- sleep`
     cmd = [sys.executable, "-m", "syncengine", "-v", "--local-root", str(local),
-           "--durable-root", str(data), "run", "--interval", str(args.interval), "--", "sleep", str(int(args.idle_seconds) + 3600)]
+           "--durable-root", str(data), "run", "--interval", str(args.interval), "--",
+           "sleep", str(int(args.idle_seconds) + 3600)]
     cfg = work / "cfg.toml"
     cfg.write_text('adapters = []\n[[adapter]]\nname = "all"\nlive = "."\n'
                    'durable = "state/all"\n')
