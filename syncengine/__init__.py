@@ -21,6 +21,7 @@ from syncengine.errors import (
 )
 from syncengine.journal import Journal, Prompt
 from syncengine.report import AdapterReport, PathError, Report
+from syncengine.runner import Runner
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,7 @@ __all__ = [
     "PathError",
     "Prompt",
     "Report",
+    "Runner",
     "SourceError",
     "SyncEngineError",
     "__version__",

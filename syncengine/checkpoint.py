@@ -105,6 +105,22 @@ def find_missing(state: AdapterState, scan: ScanResult) -> list[str]:
     return out
 
 
+def missing_among(state: AdapterState, gone: Sequence[str]) -> list[str]:
+    """Published paths absent after a partial (hinted) scan: only the hinted ones.
+
+    A hinted path the index does not know may be a directory that was removed
+    or moved away: the published paths under it are missing too (one pass over
+    the index, only in that case).
+    """
+    records = state.index.records
+    out = [p for p in gone if p in records and records[p][-1] < _ABSENT_CAP]
+    prefixes = tuple(p + "/" for p in gone if p not in records)
+    if prefixes:
+        out.extend(p for p, raw in records.items()
+                   if p.startswith(prefixes) and raw[-1] < _ABSENT_CAP)
+    return out
+
+
 def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns: int,
         jobs: int, final: bool = False) -> AdapterReport:
     """Carry out a checkpoint plan for one adapter and return what happened."""

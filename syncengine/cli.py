@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, metavar="N", help="parallel file copies (default 8)")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-vv: debug)")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    p.add_argument("--log-json", action="store_true",
+                   help='log JSON lines {"ts","level","event","msg"} on stderr')
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     c = sub.add_parser("checkpoint", help="publish what changed since the last checkpoint",
@@ -103,14 +105,41 @@ def build_parser() -> argparse.ArgumentParser:
                        "session's prompts in order.")
     j.add_argument("action", choices=("record", "list", "export"))
     j.add_argument("--session", required=True, metavar="ID", help="session id (any text)")
+
+    u = sub.add_parser("run", help="restore, run COMMAND, checkpoint until it exits",
+                       description="Container entrypoint: restore (COMMAND is not started if "
+                       "the restore is incomplete), start COMMAND, checkpoint every interval "
+                       "(inotify hints when available), forward SIGTERM/SIGINT/SIGHUP, take a "
+                       "final checkpoint, exit with COMMAND's status.")
+    u.add_argument("--interval", type=float, metavar="S",
+                   help="seconds between checkpoints (default: interval, 15)")
+    u.add_argument("--grace", type=float, default=1.0, metavar="S",
+                   help="after a signal, wait this long for COMMAND before the final "
+                        "checkpoint (default 1)")
+    u.add_argument("--stop-timeout", type=float, default=10.0, metavar="S",
+                   help="SIGKILL COMMAND this long after the signal (default 10)")
+    u.add_argument("--no-watch", action="store_true",
+                   help="walk the trees every pass instead of using inotify hints")
+    u.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
     return p
 
 
-def _setup_logging(verbose: int, quiet: bool) -> None:
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per line; `event` is the stable prefix ("checkpoint.manifest")."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        msg = record.getMessage()
+        event = msg.split(" ", 1)[0] if msg[:1].isalpha() and "." in msg.split(" ", 1)[0] else ""
+        return json.dumps({"ts": round(record.created, 6), "level": record.levelname.lower(),
+                           "event": event, "msg": msg})
+
+
+def _setup_logging(verbose: int, quiet: bool, as_json: bool = False) -> None:
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else
                                            logging.INFO if verbose else logging.WARNING)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("syncengine %(levelname)s %(message)s"))
+    handler.setFormatter(_JsonFormatter() if as_json else
+                         logging.Formatter("syncengine %(levelname)s %(message)s"))
     root = logging.getLogger("syncengine")
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -160,6 +189,12 @@ def _print_status(status: dict[str, Any]) -> None:
         print(f"SQLite library: {lib['version']}")
         if lib.get("warning"):
             print(f"  WARNING: {lib['warning']}")
+    daemon = status.get("daemon")
+    if daemon:
+        state = f"running (pid {daemon.get('pid')})" if daemon.get("running") else "not running"
+        print(f"daemon: {state}, mode {daemon.get('mode')}, interval {daemon.get('interval')}s, "
+              f"last pass {_fmt_time(daemon.get('last_pass_ns'))}"
+              + (f", last error: {daemon['last_error']}" if daemon.get("last_error") else ""))
     print("adapters:")
     for a in status["adapters"]:
         print(f"  {a['name']}: {a['live']} -> {a['durable']}")
@@ -172,6 +207,11 @@ def _print_status(status: dict[str, Any]) -> None:
         for db in a.get("databases", []):
             print(f"    database {db['path']}: last snapshot {_fmt_time(db.get('snapshot_ns'))}, "
                   f"{db.get('size', 0)} bytes")
+        if a.get("loss_window_s") is not None or a.get("pending") is not None:
+            pending = a.get("pending")
+            print(f"    loss window: {a.get('loss_window_s')}s since the last checkpoint; pending: "
+                  + ("no daemon" if pending is None and not daemon else
+                     "full walk due" if pending is None else f"{pending} changed path(s)"))
         if a.get("last_error"):
             print(f"    last error: {a['last_error']}")
 
@@ -209,10 +249,22 @@ def _journal(engine: Engine, action: str, session: str) -> int:
     out.flush()
     return 0
 
+def _run(engine: Engine, args: argparse.Namespace) -> int:
+    from syncengine.runner import Runner
+    from syncengine.supervisor import Supervisor
+
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        print("syncengine run: missing COMMAND (syncengine run -- COMMAND [ARGS...])",
+              file=sys.stderr)
+        return 2
+    runner = Runner(engine, interval=args.interval, watch=not args.no_watch)
+    return Supervisor(runner, cmd, grace=args.grace, stop_timeout=args.stop_timeout).run()
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging(args.verbose, args.quiet)
+    _setup_logging(args.verbose, args.quiet, args.log_json)
     overrides = {"local_root": args.local_root, "durable_root": args.durable_root,
                  "state_dir": args.state_dir, "jobs": args.jobs}
     try:
@@ -228,6 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(engine, args.path, args.adapter, args.output)
         if args.command == "journal":
             return _journal(engine, args.action, args.session)
+        if args.command == "run":
+            return _run(engine, args)
         if args.command == "checkpoint":
             report = engine.checkpoint(args.adapters, wait=not args.no_wait,
                                        dry_run=args.dry_run, final=args.final)

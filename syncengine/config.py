@@ -21,7 +21,7 @@ from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
     {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs",
-     "journal_dir", "sqlite_busy_timeout"}
+     "journal_dir", "sqlite_busy_timeout", "rescan_interval"}
 )
 ADAPTER_KEYS = frozenset(
     {"name", "description", "live", "durable", "exclude", "sqlite", "segments"}
@@ -29,6 +29,7 @@ ADAPTER_KEYS = frozenset(
 DEFAULT_INTERVAL = 15.0
 DEFAULT_JOBS = 8
 DEFAULT_SQLITE_BUSY_TIMEOUT = 2.0
+DEFAULT_RESCAN_INTERVAL = 600.0
 
 
 @attrs.frozen
@@ -59,6 +60,7 @@ class Config:
     interval: float = DEFAULT_INTERVAL
     jobs: int = DEFAULT_JOBS
     sqlite_busy_timeout: float = DEFAULT_SQLITE_BUSY_TIMEOUT  # wait for a locked database (s)
+    rescan_interval: float = DEFAULT_RESCAN_INTERVAL  # daemon: full walk even with events
     sources: Mapping[str, str] = attrs.field(factory=dict)
     journal_dir: Path | None = None  # None: <durable_root>/journal
 
@@ -152,6 +154,7 @@ def config_from_dict(
     interval = layers.number("interval", env_key="AGENT_STATE_CHECKPOINT_SECONDS",
                              default=DEFAULT_INTERVAL)
     jobs = int(layers.number("jobs", default=DEFAULT_JOBS))
+    rescan = layers.number("rescan_interval", default=DEFAULT_RESCAN_INTERVAL)
     if jobs < 1 or jobs > 256:
         raise ConfigError(f"{layers.sources['jobs']}: jobs must be between 1 and 256")
     journal_dir = layers.path("journal_dir", default=str(durable_root / "journal"))
@@ -160,7 +163,7 @@ def config_from_dict(
     _check_overlaps(specs, state_dir)
     return Config(local_root=local_root, durable_root=durable_root, state_dir=state_dir,
                   adapters=specs, interval=interval, jobs=jobs, sqlite_busy_timeout=busy,
-                  sources=dict(layers.sources), journal_dir=journal_dir)
+                  rescan_interval=rescan, sources=dict(layers.sources), journal_dir=journal_dir)
 
 
 @attrs.define

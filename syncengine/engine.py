@@ -22,17 +22,20 @@ from syncengine import checkpoint, restore, savefile, segments, sqlite
 from syncengine.checkpoint import AdapterState
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.errors import ConfigError, DurableError, LockBusy, durable_error
-from syncengine.index import DIRTY, Index, file_signature
+from syncengine.index import DIRTY, SIG, Index, file_signature
 from syncengine.journal import Journal
 from syncengine.lock import StateLock
 from syncengine.manifest import load as load_manifest
 from syncengine.patterns import Matcher, compile_patterns
 from syncengine.plan import Snapshot, Upload, plan_checkpoint
 from syncengine.report import AdapterReport, PathError, Report
-from syncengine.scan import ScanJob, scan
+from syncengine.scan import ScanJob, Seen, scan, scan_paths
 from syncengine.store import Store
 
 log = logging.getLogger("syncengine")
+
+Hints = Mapping[str, "set[str] | frozenset[str] | None"]
+
 
 def exclusion_patterns(spec: AdapterSpec) -> tuple[str, ...]:
     """An adapter's exclusions: its own list plus its SQLite databases and companions.
@@ -62,6 +65,7 @@ class Engine:
             for s in config.adapters if s.segments
         }
         self._indexes: dict[str, Index] = {}
+        self._recheck: dict[str, set[str]] = {}
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | None = None, *,
@@ -110,7 +114,7 @@ class Engine:
                               quarantine=state_dir / "sqlite-quarantine",
                               busy_timeout=self.config.sqlite_busy_timeout)
 
-    def _skip_dirs(self, spec: AdapterSpec) -> frozenset[str]:
+    def skip_dirs(self, spec: AdapterSpec) -> frozenset[str]:
         state_dir = self.config.state_dir
         if spec.live in state_dir.parents:
             return frozenset({state_dir.relative_to(spec.live).as_posix()})
@@ -118,25 +122,32 @@ class Engine:
 
     # -- operations ------------------------------------------------------
     def checkpoint(self, adapters: Sequence[str] | None = None, *, wait: bool = True,
-                   dry_run: bool = False, final: bool = False) -> Report:
+                   dry_run: bool = False, final: bool = False, hints: Hints | None = None,
+                   lock_timeout: float | None = None) -> Report:
         """Publish what changed in each adapter's live tree.
 
         With ``wait=False`` (the periodic timer) a run that finds another one
-        holding the lock returns at once with ``skipped_busy=True``.  With
-        ``final=True`` (after the writers stopped) append-only logs are
-        published to their exact end, trailing partial line included.
+        holding the lock returns at once with ``skipped_busy=True``; with
+        `lock_timeout` it waits that long at most.  With ``final=True`` (after
+        the writers stopped) append-only logs are published to their exact
+        end, trailing partial line included.  `hints` (from a file watcher)
+        maps an adapter name to the relative paths that changed, or None for a
+        full walk; adapters not in it are walked in full.  Paths that changed
+        in the previous pass are looked at again (a copy that raced a writer,
+        or a too-recent mtime, is re-checked next pass).
         """
         started = self.clock()
         t0 = time.monotonic()
         specs = self.config.select(adapters)
-        lock = StateLock(self.config.state_dir, wait=wait)
+        lock = StateLock(self.config.state_dir, wait=wait or lock_timeout is not None,
+                         timeout=lock_timeout)
         try:
             lock.acquire()
         except LockBusy:
             log.info("checkpoint.skipped reason=busy state_dir=%s", self.config.state_dir)
             return Report("checkpoint", started, 0.0, (), skipped_busy=True)
         try:
-            reports = self._checkpoint_locked(specs, started, dry_run, final)
+            reports = self._checkpoint_locked(specs, started, dry_run, final, hints or {})
         finally:
             lock.release()
         report = Report("checkpoint", started, time.monotonic() - t0, tuple(reports),
@@ -146,7 +157,7 @@ class Engine:
         return report
 
     def _checkpoint_locked(self, specs: Sequence[AdapterSpec], started: int, dry_run: bool,
-                           final: bool = False) -> list[AdapterReport]:
+                           final: bool, hints: Hints) -> list[AdapterReport]:
         states = []
         reports = []
         for spec in specs:
@@ -155,8 +166,13 @@ class Engine:
             except DurableError as exc:
                 reports.append(AdapterReport(spec.name, fatal=str(exc)))
         jobs = [ScanJob(s.name, os.fspath(s.live), self._matchers[s.name], s.index.records,
-                        self._skip_dirs(self.config.adapter(s.name))) for s in states]
-        results = scan(jobs, workers=self.scan_workers)
+                        self.skip_dirs(self.config.adapter(s.name))) for s in states]
+        full = [j for j in jobs if hints.get(j.name) is None]
+        results = scan(full, workers=self.scan_workers) if full else {}
+        for job in jobs:
+            paths = hints.get(job.name)
+            if paths is not None:
+                results[job.name] = scan_paths(job, set(paths) | self._recheck.get(job.name, set()))
         for state in states:
             t0 = time.monotonic()
             result = results[state.name]
@@ -165,7 +181,10 @@ class Engine:
             if not result.exists:
                 reports.append(AdapterReport(state.name))
                 continue
-            missing = checkpoint.find_missing(state, result)
+            if result.gone is None:
+                missing = checkpoint.find_missing(state, result)
+            else:
+                missing = checkpoint.missing_among(state, result.gone)
             idle = segments.idle_chains(state.index, started) if state.segments else frozenset()
             actions = plan_checkpoint(result, state.index, missing, idle) + tuple(
                 sqlite.plan_databases(state.live, state.sqlite_patterns, state.index))
@@ -180,6 +199,7 @@ class Engine:
                     continue
             rep = checkpoint.run(state, actions, started_ns=started, jobs=self.config.jobs,
                                  final=final)
+            self._recheck[state.name] = _unsettled(state.index, result.changed)
             scan_errors = tuple(
                 PathError(state.name, p, "scan", r) for p, r in result.errors)
             reports.append(_with(rep, errors=rep.errors + scan_errors,
@@ -302,11 +322,17 @@ class Engine:
     def status(self) -> dict[str, Any]:
         """Effective configuration with sources, and per-adapter state (local files only)."""
         cfg = self.config
+        daemon = _daemon_status(cfg.state_dir / "daemon.json")
+        pending = daemon.get("pending", {}) if daemon.get("running") else {}
+        now = self.clock()
         adapters = []
         for spec in cfg.adapters:
             st = _read_json(self._status_path(spec.name))
             idx = Index.load(self._index_path(spec.name))
+            last = st.get("last_checkpoint_ns")
             adapters.append({
+                "loss_window_s": round((now - last) / 1e9, 3) if last else None,
+                "pending": pending.get(spec.name, 0) if daemon.get("running") else None,
                 "name": spec.name, "live": str(spec.live), "durable": str(spec.durable),
                 "origin": spec.origin, "exclude": list(self._matchers[spec.name].patterns),
                 "live_exists": spec.live.is_dir(),
@@ -323,10 +349,12 @@ class Engine:
                 "jobs": [cfg.jobs, cfg.sources.get("jobs")],
                 "sqlite_busy_timeout": [cfg.sqlite_busy_timeout,
                                         cfg.sources.get("sqlite_busy_timeout")],
+                "rescan_interval": [cfg.rescan_interval, cfg.sources.get("rescan_interval")],
                 "adapters": [[s.name for s in cfg.adapters], cfg.sources.get("adapters")],
             },
             "restore": _read_json(cfg.state_dir / "restore.json") or None,
             "sqlite": sqlite.library_version(),
+            "daemon": daemon or None,
             "adapters": adapters,
         }
 
@@ -369,6 +397,32 @@ def _databases(index: Index) -> list[dict[str, Any]]:
                         "snapshot_ns": extra.get("snapshot_ns"),
                         "listed": bool(extra.get("_listed"))})
     return out
+
+
+def _unsettled(index: Index, changed: Sequence[Seen]) -> set[str]:
+    """Changed paths the index does not yet hold as settled (dirty, or not recorded)."""
+    dirty = SIG.pack(0, 0, DIRTY)[16:]
+    out = set()
+    for seen in changed:
+        raw = index.records.get(seen.path)
+        if (raw is None or raw[16:24] == dirty
+                or not raw.startswith(SIG.pack(seen.size, seen.mtime_ns, seen.ctime_ns))):
+            out.add(seen.path)
+    return out
+
+
+def _daemon_status(path: Path) -> dict[str, Any]:
+    """The runner's status file; `running` is cleared when its process is gone."""
+    data = _read_json(path)
+    pid = data.get("pid")
+    if data.get("running") and isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            data["running"] = False
+        except PermissionError:
+            pass
+    return data
 
 
 def _read_json(path: Path) -> dict[str, Any]:
