@@ -402,8 +402,13 @@ def _record_companions(state: AdapterState, paths: list[str], recent: int) -> No
 
 
 def _prepare_staging(state: AdapterState) -> None:
-    """Sweep temp objects of a killed run, known from a local marker (no listing otherwise)."""
+    """Sweep temp objects of a killed run, known from a local marker (no listing otherwise).
+
+    The next manifest object is then a full base, so nothing a killed run may
+    have left half-written on a mount without atomic rename is still needed.
+    """
     if state.staging_marker.exists():
+        state.index.meta["deltas"] = manifest.COMPACT_AFTER
         removed = state.store.sweep_staging()
         if removed:
             log.info("checkpoint.swept-staging adapter=%s files=%d", state.name, removed)

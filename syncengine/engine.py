@@ -233,7 +233,7 @@ class Engine:
                 return AdapterReport(spec.name)
             entries, problems, source = restore.durable_entries(state.store, state.index)
             for problem in problems:
-                log.warning("manifest.problem %s", problem)
+                log.error("manifest.problem %s", problem)
             actions = restore.plan(state, entries)
             if dry_run:
                 return AdapterReport(spec.name, plan=tuple(map(str, actions)))
@@ -242,7 +242,11 @@ class Engine:
             rep = restore.run(state, actions, jobs=self.config.jobs)
         except DurableError as exc:
             return AdapterReport(spec.name, fatal=str(exc))
-        return _with(rep, duration_s=time.monotonic() - t0)
+        # A manifest that lost information cannot prove the tree is whole: a server
+        # must not start on it (restore incomplete), even if every listed file came back.
+        lost = tuple(PathError(spec.name, str(spec.durable / ".syncengine/manifest"), "read",
+                               p) for p in problems)
+        return _with(rep, errors=rep.errors + lost, duration_s=time.monotonic() - t0)
 
     def _check_durable_root(self) -> None:
         root = self.config.durable_root

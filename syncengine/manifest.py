@@ -99,7 +99,8 @@ class ManifestState:
     last_seq: int
     base_seq: int
     deltas_since_base: int
-    problems: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()  # information was lost: a restore must say incomplete
+    warnings: tuple[str, ...] = ()  # unreadable objects whose content is covered by others
 
 
 def object_name(seq: int, kind: str) -> str:
@@ -152,38 +153,50 @@ def write(store: Store, adapter: str, seq: int, kind: str, entries: Iterable[Ent
 
 
 def load(store: Store) -> ManifestState:
-    """Read the newest base and the deltas after it (one listing, a few reads)."""
+    """Read the newest readable base and the deltas after it (one listing, a few reads).
+
+    `problems` lists what makes the result lose information: a delta after
+    the base that cannot be read, or a gap in the sequence.  A broken base is
+    only a warning when an older base and every delta since it are readable.
+    """
     objects = list_objects(store)
     problems: list[str] = []
+    warnings: list[str] = []
     if not objects:
         return ManifestState(entries={}, last_seq=0, base_seq=0, deltas_since_base=0)
-    last_seq = objects[-1][0]
-    bases = [o for o in objects if o[1] == "base"]
-    chain = objects
     entries: dict[str, Entry] = {}
     base_seq = 0
-    # Walk back over bases until one decodes; everything after it applies in order.
-    for seq, _kind, name in reversed(bases):
+    chain = objects
+    for seq, _kind, name in reversed([o for o in objects if o[1] == "base"]):
         try:
             _, base_entries = decode(store.read_bytes(f"{MANIFEST_DIR}/{name}"))
         except (ValueError, OSError, KeyError) as exc:
-            problems.append(f"{store.root}/{MANIFEST_DIR}/{name}: unreadable base ({exc})")
+            warnings.append(f"{store.root}/{MANIFEST_DIR}/{name}: unreadable base ({exc})")
             continue
         entries = {e.path: e for e in base_entries}
         base_seq = seq
         chain = [o for o in objects if o[0] > seq]
         break
     deltas = 0
-    for _seq, kind, name in chain:
+    expected = base_seq + 1
+    for seq, kind, name in chain:
+        if seq > expected:
+            problems.append(f"{store.root}/{MANIFEST_DIR}: objects {expected:012d} to "
+                            f"{seq - 1:012d} are missing (a gap in the manifest)")
+        expected = seq + 1
         if kind != "delta":
-            continue
+            continue  # a base newer than the one used could not be read: deltas cover it
         try:
             _, delta = decode(store.read_bytes(f"{MANIFEST_DIR}/{name}"))
         except (ValueError, OSError, KeyError) as exc:
-            problems.append(f"{store.root}/{MANIFEST_DIR}/{name}: skipped ({exc})")
+            problems.append(f"{store.root}/{MANIFEST_DIR}/{name}: unreadable delta ({exc}); "
+                            "the paths it recorded may restore older or not at all")
             continue
         deltas += 1
         for e in delta:
             entries[e.path] = e
-    return ManifestState(entries=entries, last_seq=last_seq, base_seq=base_seq,
-                         deltas_since_base=deltas, problems=tuple(problems))
+    if problems:
+        problems.extend(warnings)
+    return ManifestState(entries=entries, last_seq=objects[-1][0], base_seq=base_seq,
+                         deltas_since_base=deltas, problems=tuple(problems),
+                         warnings=tuple(warnings))

@@ -53,6 +53,8 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
         index.meta.update(manifest_seq=state.last_seq, base_seq=state.base_seq,
                           deltas=state.deltas_since_base)
         index.changed = True
+    for warning in state.warnings:
+        log.warning("manifest.warning %s", warning)
     if state.entries or state.last_seq:
         return list(state.entries.values()), list(state.problems), "manifest"
     entries = []

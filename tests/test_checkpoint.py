@@ -183,6 +183,8 @@ def test_checkpoint_killed_mid_copy_keeps_old_copy_and_next_run_completes(
     with open(durable, "rb") as f:
         assert f.read(1000) == b"B" * 1000
     assert not list(staging.glob("*.syncengine-tmp"))  # the killed run's temp was swept
+    newest = max((tree.data / DUR / ".syncengine/manifest").iterdir())
+    assert newest.name.endswith(".base.jsonl")  # supersedes whatever the killed run left
 
 
 def test_vanishing_file_is_not_an_error(tree: Tree, engine: EngineFactory) -> None:
