@@ -127,3 +127,23 @@ def test_help_documents_exit_codes(cli: CliRunner) -> None:
 def test_enabled_adapter_without_live_dir_is_not_an_error(tree: Tree, cli: CliRunner) -> None:
     out = cli("checkpoint", check=0)
     assert "codex: published 0 file(s)" in out.stdout
+
+
+def test_wheel_ships_the_builtin_adapters(tmp_path: Path) -> None:
+    """adapters/ is data, not a package: it must be inside the wheel as syncengine/_adapters."""
+    import subprocess
+    import sys
+    import zipfile
+
+    from tests.conftest import REPO
+
+    pytest.importorskip("hatchling")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                           "--no-build-isolation", "-w", str(tmp_path), str(REPO)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = tmp_path.glob("syncengine-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for harness in LAYOUT:
+        assert f"syncengine/_adapters/{harness}.toml" in names
+    assert any(n.endswith("entry_points.txt") for n in names)
