@@ -91,12 +91,17 @@ def plan(state: AdapterState, entries: Iterable[Entry]) -> list[RestoreAction]:
     actions: list[RestoreAction] = []
     entries, databases = sqlite_restore.plan(entries, state.sqlite_patterns, state.live,
                                              state.store)
+    paths = {e.path for e in entries}
     with DirCache(state.live) as live:
         for entry in sorted(entries, key=lambda e: e.path):
             unsafe = None
             local = None
             try:
                 check_relpath(entry.path)
+                if _parent_is_entry(entry.path, paths):
+                    # contradictory: restoring both would depend on which copy runs first
+                    raise UnsafePath(entry.path, "plan", "a parent is itself a file or "
+                                     "symlink in the manifest; refused")
                 if entry.object:
                     check_relpath(entry.object)
                 local = _local_state(live, entry.path)
@@ -111,6 +116,15 @@ def plan(state: AdapterState, entries: Iterable[Entry]) -> list[RestoreAction]:
             actions.append(plan_restore_entry(entry, local, unsafe=unsafe, known_kinds=KINDS))
     actions.extend(databases)
     return actions
+
+
+def _parent_is_entry(path: str, paths: set[str]) -> bool:
+    parent = path.rpartition("/")[0]
+    while parent:
+        if parent in paths:
+            return True
+        parent = parent.rpartition("/")[0]
+    return False
 
 
 def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> AdapterReport:

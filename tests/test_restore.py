@@ -172,6 +172,8 @@ def test_hostile_manifest_cannot_make_restore_write_outside(tree: Tree, cli: Cli
     assert not (tree.local / "codex-home/steal").exists()
     for name in ("../escape", "/abs/escape", "link/escape", "steal"):
         assert name in out.stderr
+    assert "a parent is itself a file or symlink in the manifest" in out.stderr
+    assert (tree.local / "codex-home/link").is_symlink()  # decided by the plan, not by timing
     assert (tree.local / "codex-home/sub/ok.json").read_text() == "ok"  # the rest goes on
 
 
