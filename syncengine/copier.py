@@ -113,9 +113,14 @@ def _sig(st: os.stat_result) -> tuple[int, int, int]:
 
 
 def upload(store: Store, live_root: str, relpath: str, *, known_hash: int | None,
-           known_size: int | None) -> Copied:
-    """Publish one live file to the store unless its content is already there."""
+           known_size: int | None, dest: str | None = None) -> Copied:
+    """Publish one live file to the store unless its content is already there.
+
+    It is published at `relpath` in the store, or at `dest` (migrate copies a
+    legacy tree into a subdirectory).
+    """
     src = f"{live_root}/{relpath}"
+    relpath = dest or relpath
     fd, st = open_source(src)
     try:
         if known_hash is not None and known_size == st.st_size:
