@@ -57,6 +57,7 @@ class Unlink:
 
     path: Path
     target: str
+    durable: bool = False  # on the durable side: through the Store
 
     def __str__(self) -> str:
         return f"unlink symlink {self.path} -> {self.target}"
@@ -184,7 +185,7 @@ def _plan_copy_tree(engine: Engine, spec: AdapterSpec, step: MigrateStep, now_ns
         return [Note(f"{spec.name}: nothing at {src}: nothing to copy")]
     if stat.S_ISLNK(st.st_mode):
         if step.if_symlink == "unlink":
-            return [Unlink(src, os.readlink(src))]
+            return [Unlink(src, os.readlink(src), durable=True)]
         return [Note(f"{spec.name}: {src} is a symlink: skipped")]
     if not stat.S_ISDIR(st.st_mode):
         return [Note(f"{spec.name}: {src} is not a directory: skipped")]
@@ -302,7 +303,7 @@ def _plan_snapshot_open(spec: AdapterSpec, step: MigrateStep) -> list[Action]:
         except OSError:  # closed meanwhile, or not a regular file
             continue
         try:
-            cut = segments._last_newline_end(fd, 0, st.st_size)
+            cut = segments.complete_lines_end(fd, st.st_size)
         except segments.Waiting:
             continue
         finally:
@@ -368,8 +369,11 @@ def run(engine: Engine, *, dry_run: bool) -> MigrateReport:
 
 
 def _execute(engine: Engine, spec: AdapterSpec, action: Action) -> Entry | None:
-    if isinstance(action, Unlink):
-        os.unlink(action.path)  # the symlink itself; its target is never touched
+    if isinstance(action, Unlink):  # the symlink itself; its target is never touched
+        if action.durable:
+            Store(action.path.parent).delete(action.path.name)
+        else:
+            os.unlink(action.path)
     elif isinstance(action, Move):
         Store(action.store).rename_new(action.rel, action.new_rel)
     elif isinstance(action, SnapshotOpen):
@@ -480,8 +484,8 @@ def reconcile(store: Store, entries: Iterable[Entry]) -> list[Entry]:
             try:
                 n, canonical = _hash(store, current.location, None)
                 m, prefix = _hash(store, obj, n)
-            except (FileNotFoundError, SourceError):
-                continue
+            except (OSError, SourceError):
+                continue  # unreadable: keep the canonical entry, restore reports it
             if n != current.size or m != n or canonical != prefix:
                 continue
         out[path] = Entry(path, "file", size, mtime, mode, object=obj)

@@ -205,6 +205,8 @@ def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
                 prog.problems = [[p.path, p.what] for p in problems]
                 prog.save(progress_path)
     unlisted = tuple(unlisted_files(store, state.entries.values()))
+    if unlisted and not state.last_seq:
+        notes.append("no manifest yet (old layout): files stay unlisted until a checkpoint")
     progress_path.unlink(missing_ok=True)
     return AdapterVerify(name, state.last_seq, len(entries), prog.checked, prog.hashed,
                          prog.bytes_read, tuple(problems), unlisted, tuple(notes),

@@ -37,12 +37,16 @@ def _old_layout(tree: Tree) -> None:
     for rel, text in {"home/.gemini/tmp/slug/chats/session-1-abcd1234.jsonl": "{}\n",
                       "home/.gemini/settings.json": "{}",
                       "home/.hermes/config.yaml": "a: 1\n",
-                      "home/.local/share/opencode/storage/session/x.json": "{}"}.items():
+                      "home/.local/share/opencode/storage/session/x.json": "{}",
+                      "home/.openclaw.pre-symlink/openclaw.json": '{"v":1}'}.items():
         p = d / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
         os.utime(p, ns=(OLD, OLD))
     _raw_wal_db(d / "home/.local/share/opencode/opencode.db")
+    (tree.base / "elsewhere").mkdir()
+    (tree.base / "elsewhere/keep.txt").write_text("target of the old link")
+    (d / "home/.openclaw").symlink_to(tree.base / "elsewhere")
 
 
 def _raw_wal_db(path: Path) -> None:
@@ -89,6 +93,12 @@ def test_old_layout_migrates_restores_and_checkpoints(tree: Tree, cli: CliRunner
     assert (d / "home/.local/share/opencode.pre-agent-state/opencode.db-wal").exists()
     assert (d / "state/hermes/config.yaml").read_text() == "a: 1\n"
     assert (d / "home/.hermes.pre-agent-state/config.yaml").exists()
+    # OpenClaw: the symlink at home/.openclaw is removed (not its target), the
+    # pre-symlink copy is copied and kept
+    assert not os.path.lexists(d / "home/.openclaw")
+    assert (tree.base / "elsewhere/keep.txt").exists()
+    assert (d / "state/openclaw-backup/openclaw.json").read_text() == '{"v":1}'
+    assert (d / "home/.openclaw.pre-symlink/openclaw.json").exists()
     # the raw database and its WAL are copied for restore's raw-layout fallback, unlisted
     raw = d / "state/opencode/opencode"
     assert (raw / "opencode.db-wal").read_bytes() == (
@@ -111,6 +121,7 @@ def test_old_layout_migrates_restores_and_checkpoints(tree: Tree, cli: CliRunner
     assert (local / "agent-state/gemini-home/.gemini/settings.json").exists()
     assert (local / "opencode-share/opencode/storage/session/x.json").exists()
     assert (local / "hermes/config.yaml").read_text() == "a: 1\n"
+    assert (local / "oc-home/.openclaw/openclaw.json").read_text() == '{"v":1}'
     cli("checkpoint", check=0)
     quiet = snapshot(tree.data)
     second = cli("checkpoint", check=0)
