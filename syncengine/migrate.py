@@ -13,42 +13,33 @@ a checkpoint are recorded in its manifest (a base including what was already
 there when the checkpoint had no manifest, else a delta), and the adapter's
 local index is dropped so it is rebuilt from that manifest.
 
-Open files (``snapshot_open``): a file under the adapter's trees that a
-process holds open (``/proc/*/fd``) is copied as its writer sees it, up to the
-last complete line, to ``.syncengine/migration/open/<path>.<time_ns>`` as a
-new closed object and read back; the canonical path is never written.
-`reconcile` lets a later restore prefer the longest such copy when the
-canonical durable file is missing or a shorter prefix of it.
+Open files (``snapshot_open``) are copied by `syncengine.openfiles`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
 import time
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
-import xxhash
 
-from syncengine import manifest, segments
+from syncengine import manifest, openfiles
 from syncengine.config import AdapterSpec, MigrateStep
-from syncengine.copier import stream, upload
+from syncengine.copier import upload
 from syncengine.errors import DurableError, SourceError, durable_error
 from syncengine.lock import StateLock
 from syncengine.manifest import Entry
+from syncengine.openfiles import SnapshotOpen
 from syncengine.patterns import Matcher, compile_patterns
 from syncengine.plan import Fetch, LocalState, MakeLink, plan_restore_entry
-from syncengine.store import META_DIR, Store
+from syncengine.store import Store
 
 if TYPE_CHECKING:
     from syncengine.engine import Engine
 
-OPEN_DIR = f"{META_DIR}/migration/open"
-_COPY_NAME = re.compile(r"^(.+)\.(\d{19})$")
 
 
 @attrs.frozen
@@ -91,21 +82,6 @@ class Move:
 
     def __str__(self) -> str:
         return f"rename {self.store}/{self.rel} -> {self.store}/{self.new_rel}"
-
-
-@attrs.frozen
-class SnapshotOpen:
-    """Copy an open file, as its writer sees it, to a closed migration object."""
-
-    adapter: str
-    proc_path: str  # /proc/<pid>/fd/<n>
-    rel: str
-    size: int  # up to the last complete line
-
-    def __str__(self) -> str:
-        return (f"copy open file {self.adapter}:{self.rel} (held by pid "
-                f"{self.proc_path.split('/')[2]}, {self.size} bytes of complete lines) -> "
-                f"{OPEN_DIR}/{self.rel}.<time>")
 
 
 @attrs.frozen
@@ -154,7 +130,7 @@ def plan_step(engine: Engine, spec: AdapterSpec, step: MigrateStep, now_ns: int
         return _plan_copy_tree(engine, spec, step, now_ns)
     if step.action == "quarantine":
         return _plan_quarantine(spec, step, now_ns)
-    return _plan_snapshot_open(spec, step)
+    return [Note(a) if isinstance(a, str) else a for a in openfiles.plan(spec, step)]
 
 
 def _plan_unlink(engine: Engine, spec: AdapterSpec, step: MigrateStep) -> list[Action]:
@@ -252,72 +228,6 @@ def _plan_quarantine(spec: AdapterSpec, step: MigrateStep, now_ns: int) -> list[
                             "nothing to quarantine")]
 
 
-def open_files(roots: Sequence[Path]) -> dict[Path, str]:
-    """Files under `roots` that some other process holds open: path -> /proc/<pid>/fd/<n>."""
-    found: dict[Path, str] = {}
-    me = str(os.getpid())
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit() and p != me]
-    except OSError:
-        return found
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue  # gone, or not ours to look at
-        for fd in fds:
-            proc_path = f"/proc/{pid}/fd/{fd}"
-            try:
-                target = os.readlink(proc_path)
-            except OSError:
-                continue
-            target = target.removesuffix(" (deleted)")
-            path = Path(target)
-            if any(r in path.parents for r in roots):
-                found.setdefault(path, proc_path)
-    return found
-
-
-def _open_held(proc_path: str) -> tuple[int, os.stat_result]:
-    """Open the file behind /proc/<pid>/fd/<n> (a magic link: O_NOFOLLOW cannot be used)."""
-    fd = os.open(proc_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise OSError(f"{proc_path} is not a regular file")
-    return fd, st
-
-
-def _plan_snapshot_open(spec: AdapterSpec, step: MigrateStep) -> list[Action]:
-    matcher = compile_patterns(step.patterns, where=f"adapter {spec.name!r} migrate")
-    store = Store(spec.durable)
-    actions: list[Action] = []
-    roots = [Path(os.path.realpath(spec.durable)), Path(os.path.realpath(spec.live))]
-    for path, proc_path in sorted(open_files(roots).items()):
-        root = next(r for r in roots if r in path.parents)
-        rel = path.relative_to(root).as_posix()
-        if rel.startswith(META_DIR + "/") or not matcher.excluded(rel, False):
-            continue
-        try:
-            fd, st = _open_held(proc_path)
-        except OSError:  # closed meanwhile, or not a regular file
-            continue
-        try:
-            cut = segments.complete_lines_end(fd, st.st_size)
-        except segments.Waiting:
-            continue
-        finally:
-            os.close(fd)
-        if cut == 0:
-            continue
-        copies = _copies(store).get(rel, [])
-        if any(c[1] == cut for c in copies):
-            actions.append(Note(f"{spec.name}: open file {rel} already copied ({cut} bytes)"))
-            continue
-        actions.append(SnapshotOpen(spec.name, proc_path, rel, cut))
-    return actions or [Note(f"{spec.name}: no open {' '.join(step.patterns)}: nothing to copy")]
-
-
 # -- doing --------------------------------------------------------------------
 
 
@@ -377,7 +287,7 @@ def _execute(engine: Engine, spec: AdapterSpec, action: Action) -> Entry | None:
     elif isinstance(action, Move):
         Store(action.store).rename_new(action.rel, action.new_rel)
     elif isinstance(action, SnapshotOpen):
-        _snapshot(Store(spec.durable), action, engine.clock())
+        openfiles.snapshot(Store(spec.durable), action, engine.clock())
     elif isinstance(action, Copy):
         if action.link_target is not None:
             return Entry(action.dest, "symlink", mtime_ns=action.mtime_ns,
@@ -387,24 +297,6 @@ def _execute(engine: Engine, spec: AdapterSpec, action: Action) -> Entry | None:
         if action.listed:
             return Entry(action.dest, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64)
     return None
-
-
-def _snapshot(store: Store, action: SnapshotOpen, now_ns: int) -> None:
-    name = f"{OPEN_DIR}/{action.rel}.{now_ns:019d}"
-    fd, st = _open_held(action.proc_path)
-    try:
-        with store.staged(st.st_mode) as tmp:
-            n, h = stream(fd, action.size, tmp.write, src_name=action.proc_path,
-                          dst_name=f"{store.root}/{name}")
-            if n != action.size:
-                raise SourceError(action.rel, "copy open file", "shrank while copying")
-            tmp.close(mode=st.st_mode, mtime_ns=st.st_mtime_ns)
-            store.publish(tmp, name)
-    finally:
-        os.close(fd)
-    back = xxhash.xxh3_64_intdigest(store.read_bytes(name))
-    if back != h:
-        raise DurableError(f"{store.root}/{name}: read back differs from what was written")
 
 
 def _record(engine: Engine, spec: AdapterSpec, copied: list[Entry]) -> str:
@@ -436,57 +328,3 @@ def _record(engine: Engine, spec: AdapterSpec, copied: list[Entry]) -> str:
     except OSError as exc:
         raise durable_error("remove the local index", index_path, exc) from exc
     return f"done: recorded {len(copied)} migrated path(s) in {spec.name}:{name}"
-
-
-# -- restore side -------------------------------------------------------------
-
-
-def is_copy(entry: Entry) -> bool:
-    """Whether restore takes this entry from an open-file copy (`reconcile`)."""
-    return bool(entry.object and entry.object.startswith(OPEN_DIR + "/"))
-
-
-def _copies(store: Store) -> dict[str, list[tuple[str, int, int, int]]]:
-    """Open-file copies on the durable side: path -> [(object, bytes, mtime_ns, mode)]."""
-    out: dict[str, list[tuple[str, int, int, int]]] = {}
-    prefix = OPEN_DIR + "/"
-    for rel, st in store.walk(OPEN_DIR):
-        m = _COPY_NAME.match(rel[len(prefix):])
-        if m and stat.S_ISREG(st.st_mode):
-            out.setdefault(m.group(1), []).append((rel, st.st_size, st.st_mtime_ns,
-                                                   st.st_mode & 0o7777))
-    return out
-
-
-def _hash(store: Store, relpath: str, limit: int | None) -> tuple[int, int]:
-    with store.reader() as durable:
-        fd = durable.open_file(relpath)
-    try:
-        return stream(fd, limit, None, src_name=f"{store.root}/{relpath}")
-    finally:
-        os.close(fd)
-
-
-def reconcile(store: Store, entries: Iterable[Entry]) -> list[Entry]:
-    """Entries for restore, with each open-file copy in place of a missing or shorter file.
-
-    A copy replaces the canonical entry only when the canonical file is
-    missing, or is a plain file shorter than the copy whose bytes are a
-    prefix of it (so nothing the canonical file holds is lost).
-    """
-    out = {e.path: e for e in entries}
-    for path, copies in _copies(store).items():
-        obj, size, mtime, mode = max(copies, key=lambda c: (c[1], c[0]))
-        current = out.get(path)
-        if current is not None:
-            if current.kind != "file" or current.size >= size:
-                continue
-            try:
-                n, canonical = _hash(store, current.location, None)
-                m, prefix = _hash(store, obj, n)
-            except (OSError, SourceError):
-                continue  # unreadable: keep the canonical entry, restore reports it
-            if n != current.size or m != n or canonical != prefix:
-                continue
-        out[path] = Entry(path, "file", size, mtime, mode, object=obj)
-    return list(out.values())

@@ -18,7 +18,7 @@ from collections.abc import Generator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 
-from syncengine import manifest, migrate, savefile, segments
+from syncengine import manifest, openfiles, savefile, segments
 from syncengine.checkpoint import AdapterState
 from syncengine.copier import link_hash, stream
 from syncengine.errors import DurableError, SourceError, durable_error, source_error
@@ -53,7 +53,7 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
                           deltas=state.deltas_since_base)
         index.changed = True
     if state.entries or state.last_seq:
-        return (migrate.reconcile(store, state.entries.values()), list(state.problems),
+        return (openfiles.reconcile(store, state.entries.values()), list(state.problems),
                 "manifest")
     entries = []
     for rel, st in store.walk():
@@ -65,7 +65,7 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
             entries.append(Entry(rel, "symlink", mtime_ns=st.st_mtime_ns, target=target))
         else:
             entries.append(Entry(rel, "file", st.st_size, st.st_mtime_ns, st.st_mode & 0o7777))
-    return migrate.reconcile(store, entries), list(state.problems), "walk"
+    return openfiles.reconcile(store, entries), list(state.problems), "walk"
 
 
 def _local_state(live: DirCache, relpath: str) -> LocalState | None:
@@ -144,7 +144,7 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
             segments.seed(index, entry, ino=st.st_ino, size=st.st_size, mtime_ns=st.st_mtime_ns,
                           ctime_ns=st.st_ctime_ns)
             continue
-        copy = migrate.is_copy(entry)  # not at its canonical path yet: publish it next pass
+        copy = openfiles.is_copy(entry)  # not at its canonical path yet: publish it next pass
         index.record(entry.path, size=st.st_size, mtime_ns=st.st_mtime_ns,
                      ctime_ns=DIRTY if copy else st.st_ctime_ns, hash64=0 if copy else h,
                      mode=st.st_mode, kind=entry.kind, target=entry.target)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from syncengine import ConfigError, config_from_dict, manifest
-from syncengine.migrate import OPEN_DIR
+from syncengine.openfiles import OPEN_DIR
 from syncengine.store import Store
 from tests.conftest import CliRunner, Tree
 from tests.helpers import files, snapshot, start_appender
