@@ -1,7 +1,6 @@
 """Migration from the old rsync layout, described per harness by ``[[migrate]]`` steps.
 
-Owns `syncengine migrate` and the restore-side reconciliation of open-rollout
-copies.  Each step of an adapter (config.MigrateStep; README "Migrating from
+Owns `syncengine migrate`.  Each step of an adapter (config.MigrateStep; README "Migrating from
 the rsync layout") is *planned* by looking at the disk, giving frozen actions
 with a readable line each; a dry run prints them, a real run executes them
 under the state lock.  Nothing is ever deleted: legacy directories are copied
