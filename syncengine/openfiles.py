@@ -89,7 +89,10 @@ def plan(spec: AdapterSpec, step: MigrateStep) -> list[SnapshotOpen | str]:
     matcher = compile_patterns(step.patterns, where=f"adapter {spec.name!r} migrate")
     store = Store(spec.durable)
     actions: list[SnapshotOpen | str] = []
-    roots = [Path(os.path.realpath(spec.durable)), Path(os.path.realpath(spec.live))]
+    # Only files open *on the durable side* (the old layout wrote there through a
+    # symlink): a writer on the live tree is the new layout, checkpointed as usual,
+    # so a migrate run after deployment stays a no-op.
+    roots = [Path(os.path.realpath(spec.durable))]
     for path, proc_path in sorted(open_files(roots).items()):
         root = next(r for r in roots if r in path.parents)
         rel = path.relative_to(root).as_posix()
