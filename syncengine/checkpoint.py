@@ -158,7 +158,7 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
         if isinstance(other, RecordLink):
             _record_link(state, other.path, done, errors, counts)
         elif isinstance(other, MarkAbsent):
-            state.index.mark_absent(other.path)
+            state.index.mark_absent(other.path, started_ns)
         elif isinstance(other, SkipSpecial):
             counts["skipped"] += 1
             log.info("scan.skip-special adapter=%s path=%s", state.name, other.path)
@@ -342,6 +342,20 @@ def index_entries(index: Index) -> Iterable[Entry]:
                     target=index.links.get(path), object=obj, extra=extra)
 
 
+def write_base(state: AdapterState, entries: Iterable[Entry], now_ns: int) -> str:
+    """Publish a base manifest object of `entries` as the next sequence number.
+
+    The caller has flushed what the entries point at; the index's meta is
+    advanced (save the index afterwards).  Also used by gc after deletions.
+    """
+    meta = state.index.meta
+    seq = int(meta.get("manifest_seq", 0)) + 1
+    name = manifest.write(state.store, state.name, seq, "base", entries, created_ns=now_ns)
+    meta.update(manifest_seq=seq, base_seq=seq, deltas=0)
+    state.index.changed = True
+    return name
+
+
 def _write_manifest(state: AdapterState, published: list[_Done], now_ns: int) -> str:
     meta = state.index.meta
     seq = int(meta.get("manifest_seq", 0)) + 1
@@ -350,9 +364,7 @@ def _write_manifest(state: AdapterState, published: list[_Done], now_ns: int) ->
     if compact:
         merged = {e.path: e for e in index_entries(state.index)}
         merged.update((d.path, _entry(d)) for d in published)
-        name = manifest.write(state.store, state.name, seq, "base", merged.values(),
-                              created_ns=now_ns)
-        meta.update(manifest_seq=seq, base_seq=seq, deltas=0)
+        name = write_base(state, merged.values(), now_ns)
     else:
         name = manifest.write(state.store, state.name, seq, "delta",
                               (_entry(d) for d in published), created_ns=now_ns)

@@ -99,6 +99,38 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--adapter", metavar="NAME", help="the adapter PATH belongs to")
     e.add_argument("-o", "--output", metavar="FILE", help="write here (atomically), not stdout")
 
+    v = sub.add_parser("verify", help="check the durable side against the manifest",
+                       description="Every manifest entry exists with its recorded size; a "
+                       "sample is read back and hashed; SQLite snapshots pass quick_check "
+                       "(on a local copy); files no entry names are listed. Resumes where an "
+                       "interrupted run stopped (progress in <state_dir>/verify/).")
+    v.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
+    v.add_argument("--sample", type=float, default=10.0, metavar="PERCENT",
+                   help="read back and hash this share of the files (default 10; 100 = all)")
+    v.add_argument("--strict", action="store_true",
+                   help="unlisted durable files fail the run too")
+    v.add_argument("--restart", action="store_true", help="ignore saved progress")
+    v.add_argument("--max-entries", type=int, metavar="N",
+                   help="check at most N entries per adapter, then save progress and stop")
+    v.add_argument("--json", action="store_true", help="machine-readable output")
+
+    g = sub.add_parser("gc", help="delete tombstoned files and superseded objects (dry run "
+                       "unless --apply)",
+                       description="A file deleted locally is deleted from the durable side "
+                       "only after [gc] absent_passes checkpoints and grace_seconds, and only "
+                       "with --apply. Also removes staging leftovers, superseded manifest "
+                       "objects and superseded segment chains. Refuses while a restore is "
+                       "incomplete or the local tree looks empty or partial.")
+    g.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
+    g.add_argument("--apply", action="store_true", help="really delete (default: dry run)")
+
+    m = sub.add_parser("migrate", help="move a deployment from the old rsync layout",
+                       description="Run each adapter's [[migrate]] steps: unlink the old "
+                       "symlink, copy legacy directories into the checkpoints (keeping or "
+                       "renaming them), quarantine cache databases, copy open files. Nothing "
+                       "is deleted; a second run changes nothing.")
+    m.add_argument("--dry-run", action="store_true", help="print the plan, touch nothing")
+
     j = sub.add_parser("journal", help="the input journal: one durable object per prompt",
                        description="record: read one prompt (any bytes) from stdin and return "
                        "once it is a closed object on the durable side. list / export: the "
@@ -282,6 +314,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _journal(engine, args.action, args.session)
         if args.command == "run":
             return _run(engine, args)
+        if args.command == "verify":
+            vrep = engine.verify(args.adapters, sample=args.sample, strict=args.strict,
+                                 restart=args.restart, limit=args.max_entries)
+            print(json.dumps(vrep.to_json(), indent=2) if args.json else "\n".join(vrep.lines()))
+            return vrep.exit_code
+        if args.command == "gc":
+            grep = engine.gc(args.adapters, apply=args.apply)
+            print("\n".join(grep.lines()))
+            return grep.exit_code
+        if args.command == "migrate":
+            mrep = engine.migrate(dry_run=args.dry_run)
+            print("\n".join(mrep.lines))
+            for err in mrep.errors:
+                print(f"syncengine: migrate: {err}", file=sys.stderr)
+            return mrep.exit_code
         if args.command == "checkpoint":
             report = engine.checkpoint(args.adapters, wait=not args.no_wait,
                                        dry_run=args.dry_run, final=args.final)

@@ -21,15 +21,52 @@ from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
     {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs",
-     "journal_dir", "sqlite_busy_timeout", "rescan_interval"}
+     "journal_dir", "sqlite_busy_timeout", "rescan_interval", "gc"}
 )
 ADAPTER_KEYS = frozenset(
-    {"name", "description", "live", "durable", "exclude", "sqlite", "segments"}
+    {"name", "description", "live", "durable", "exclude", "sqlite", "segments", "migrate"}
 )
+GC_KEYS = frozenset({"absent_passes", "grace_seconds", "min_present_ratio", "staging_seconds"})
+# [[migrate]] steps: action -> (required keys, optional keys)
+MIGRATE_ACTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "unlink_symlink": (frozenset({"path"}), frozenset({"target"})),
+    "copy_tree": (frozenset({"from"}), frozenset({"to", "rename_to", "if_symlink"})),
+    "quarantine": (frozenset({"patterns", "to"}), frozenset()),
+    "snapshot_open": (frozenset({"patterns"}), frozenset()),
+}
+PLACEHOLDERS = ("{durable_root}", "{local_root}", "{durable}", "{live}", "{from}")
 DEFAULT_INTERVAL = 15.0
 DEFAULT_JOBS = 8
 DEFAULT_SQLITE_BUSY_TIMEOUT = 2.0
 DEFAULT_RESCAN_INTERVAL = 600.0
+
+
+@attrs.frozen
+class MigrateStep:
+    """One `[[migrate]]` step of an adapter (see README "Migrating from the rsync layout").
+
+    Paths keep their ``{durable_root}``, ``{local_root}``, ``{durable}``,
+    ``{live}`` and ``{from}`` placeholders; `syncengine.migrate` expands them.
+    """
+
+    action: str
+    path: str = ""  # unlink_symlink: relative to the live tree
+    target: str = ""  # unlink_symlink: only a link pointing here is removed ("" = any)
+    source: str = ""  # copy_tree: the legacy directory ("from" in TOML)
+    to: str = ""  # copy_tree: subdirectory of the checkpoint; quarantine: its directory
+    rename_to: str = ""  # copy_tree: rename the source afterwards ("" = keep it in place)
+    if_symlink: str = "skip"  # copy_tree: "skip" or "unlink" a symlink found at `from`
+    patterns: tuple[str, ...] = ()  # quarantine, snapshot_open: name globs
+
+
+@attrs.frozen
+class GcConfig:
+    """The `[gc]` table: when a deleted file becomes a tombstone and when it may go."""
+
+    absent_passes: int = 3  # consecutive checkpoints a path must be missing locally
+    grace_seconds: float = 604800.0  # then this long (7 days) before gc --apply deletes it
+    min_present_ratio: float = 0.5  # refuse when fewer manifest paths than this exist locally
+    staging_seconds: float = 3600.0  # staging temp files older than this are leftovers
 
 
 @attrs.frozen
@@ -42,6 +79,7 @@ class AdapterSpec:
     exclude: tuple[str, ...] = ()
     sqlite: tuple[str, ...] = ()
     segments: tuple[str, ...] = ()  # append-only logs, stored as immutable segments
+    migrate: tuple[MigrateStep, ...] = ()  # steps of `syncengine migrate`
     description: str = ""
     origin: str = ""
 
@@ -63,6 +101,7 @@ class Config:
     rescan_interval: float = DEFAULT_RESCAN_INTERVAL  # daemon: full walk even with events
     sources: Mapping[str, str] = attrs.field(factory=dict)
     journal_dir: Path | None = None  # None: <durable_root>/journal
+    gc: GcConfig = GcConfig()
 
     def adapter(self, name: str) -> AdapterSpec:
         for spec in self.adapters:
@@ -161,9 +200,64 @@ def config_from_dict(
     busy = layers.number("sqlite_busy_timeout", default=DEFAULT_SQLITE_BUSY_TIMEOUT)
     specs = _adapter_specs(layers, local_root, durable_root)
     _check_overlaps(specs, state_dir)
+    gc = _gc_config(raw.get("gc", {}), origin)
     return Config(local_root=local_root, durable_root=durable_root, state_dir=state_dir,
                   adapters=specs, interval=interval, jobs=jobs, sqlite_busy_timeout=busy,
-                  rescan_interval=rescan, sources=dict(layers.sources), journal_dir=journal_dir)
+                  rescan_interval=rescan, sources=dict(layers.sources), journal_dir=journal_dir,
+                  gc=gc)
+
+
+
+def _gc_config(table: Any, origin: str) -> GcConfig:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{origin}: gc must be a table ([gc])")
+    unknown = sorted(set(table) - GC_KEYS)
+    if unknown:
+        raise ConfigError(f"{origin}: [gc] unknown key {unknown[0]!r}: valid keys are "
+                          f"{', '.join(sorted(GC_KEYS))}")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"{origin}: [gc] {key} must be a number >= 0, not {value!r}")
+        values[key] = value
+    if "absent_passes" in values:
+        if values["absent_passes"] != int(values["absent_passes"]) or values["absent_passes"] < 1:
+            raise ConfigError(f"{origin}: [gc] absent_passes must be a whole number >= 1")
+        values["absent_passes"] = int(values["absent_passes"])
+    if values.get("min_present_ratio", 0) > 1:
+        raise ConfigError(f"{origin}: [gc] min_present_ratio must be between 0 and 1")
+    return GcConfig(**values)
+
+
+def _migrate_steps(value: Any, where: str) -> tuple[MigrateStep, ...]:
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise ConfigError(f"{where}: migrate must be an array of tables ([[migrate]])")
+    steps = []
+    for n, table in enumerate(value, 1):
+        action = table.get("action")
+        if action not in MIGRATE_ACTIONS:
+            raise ConfigError(f"{where}: migrate step {n}: action must be one of "
+                              f"{', '.join(MIGRATE_ACTIONS)}, not {action!r}")
+        required, optional = MIGRATE_ACTIONS[action]
+        keys = set(table) - {"action"}
+        if required - keys or keys - required - optional:
+            bad = sorted(required - keys) or sorted(keys - required - optional)
+            raise ConfigError(f"{where}: migrate step {n} ({action}): key {bad[0]!r} is "
+                              f"{'missing' if required - keys else 'not valid here'}; keys: "
+                              f"{', '.join(sorted(required | optional))}")
+        for key, val in table.items():
+            ok = (isinstance(val, list) and all(isinstance(v, str) and v for v in val)
+                  if key == "patterns" else isinstance(val, str))
+            if not ok:
+                raise ConfigError(f"{where}: migrate step {n}: {key} has the wrong type")
+        if table.get("if_symlink", "skip") not in ("skip", "unlink"):
+            raise ConfigError(f"{where}: migrate step {n}: if_symlink is 'skip' or 'unlink'")
+        steps.append(MigrateStep(
+            action=action, path=table.get("path", ""), target=table.get("target", ""),
+            source=table.get("from", ""), to=table.get("to", ""),
+            rename_to=table.get("rename_to", ""), if_symlink=table.get("if_symlink", "skip"),
+            patterns=tuple(table.get("patterns", ()))))
+    return tuple(steps)
 
 
 @attrs.define
@@ -272,6 +366,7 @@ def _adapter_spec(table: Mapping[str, Any], local_root: Path, durable_root: Path
         exclude=lists["exclude"],
         sqlite=lists["sqlite"],
         segments=lists["segments"],
+        migrate=_migrate_steps(table.get("migrate", []), f"{origin}: adapter {name!r}"),
         description=str(table.get("description", "")),
         origin=origin,
     )

@@ -19,6 +19,9 @@ from typing import Any, BinaryIO
 import attrs
 
 from syncengine import checkpoint, restore, savefile, segments, sqlite
+from syncengine import gc as gc_
+from syncengine import migrate as migrate_
+from syncengine import verify as verify_
 from syncengine.checkpoint import AdapterState
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.errors import ConfigError, DurableError, LockBusy, durable_error
@@ -113,6 +116,10 @@ class Engine:
         return sqlite.Options(staging=state_dir / "sqlite-staging",
                               quarantine=state_dir / "sqlite-quarantine",
                               busy_timeout=self.config.sqlite_busy_timeout)
+
+    def adapter_state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:
+        """One adapter's live root, store and loaded index (for gc and migrate)."""
+        return self._state(spec, seed=seed)
 
     def skip_dirs(self, spec: AdapterSpec) -> frozenset[str]:
         state_dir = self.config.state_dir
@@ -289,6 +296,25 @@ class Engine:
                               f"{', '.join(f[2] for f in found)}: choose one with --adapter")
         store, entry, _ = found[0]
         return segments.export(store, entry, out)
+
+    def verify(self, adapters: Sequence[str] | None = None, *, sample: float = 10.0,
+               strict: bool = False, restart: bool = False, limit: int | None = None
+               ) -> verify_.VerifyReport:
+        """Check the durable side against the manifest (see `syncengine.verify`)."""
+        self._check_durable_root()
+        stores = {s.name: Store(s.durable) for s in self.config.select(adapters)}
+        return verify_.verify(stores, self.config.state_dir, sample=sample, strict=strict,
+                             restart=restart, limit=limit)
+
+    def gc(self, adapters: Sequence[str] | None = None, *, apply: bool = False) -> gc_.GcReport:
+        """Plan (and with `apply`, carry out) garbage collection (see `syncengine.gc`)."""
+        self._check_durable_root()
+        return gc_.run(self, self.config.select(adapters), apply=apply)
+
+    def migrate(self, *, dry_run: bool = False) -> migrate_.MigrateReport:
+        """Move a deployment from the old rsync layout (see `syncengine.migrate`)."""
+        self._check_durable_root()
+        return migrate_.run(self, dry_run=dry_run)
 
     def journal(self) -> Journal:
         """The input journal (`journal_dir`, default ``<durable_root>/journal``)."""

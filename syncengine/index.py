@@ -27,6 +27,7 @@ SIG = struct.Struct("<qqq")
 DIRTY = -1
 KINDS = ("file", "symlink", "sqlite", "segments")
 _KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+ABSENT_SINCE = "absent_since"  # meta key: path -> time of the first pass it was missing
 
 
 class Record(NamedTuple):
@@ -93,18 +94,39 @@ class Index:
                                              rec.mode, _KIND_CODE[rec.kind], rec.absent)
             self.changed = True
 
-    def mark_absent(self, path: str) -> int:
-        """Count one more pass in which `path` was missing locally; return the count."""
+    def mark_absent(self, path: str, now_ns: int | None = None) -> int:
+        """Count one more pass in which `path` was missing locally; return the count.
+
+        With `now_ns`, the time of the first missing pass of this run of
+        absences is kept in ``meta["absent_since"]`` (gc's grace period starts
+        there); a path that reappears starts over at its next absence.
+        """
         rec = self.get(path)
         if rec is None:
             return 0
         absent = min(rec.absent + 1, 255)
+        if now_ns is not None:
+            since = self.meta.setdefault(ABSENT_SINCE, {})
+            if absent == 1 or path not in since:
+                since[path] = now_ns
         if not rec.absent:
             self.absent += 1
         self.records[path] = RECORD.pack(rec.size, rec.mtime_ns, DIRTY, rec.hash64, rec.mode,
                                          _KIND_CODE[rec.kind], absent)
         self.changed = True
         return absent
+
+    def forget(self, path: str) -> None:
+        """Drop `path` entirely (gc deleted its durable copy)."""
+        raw = self.records.pop(path, None)
+        if raw is None:
+            return
+        if raw[-1]:
+            self.absent -= 1
+        self.links.pop(path, None)
+        self.extras.pop(path, None)
+        self.meta.get(ABSENT_SINCE, {}).pop(path, None)
+        self.changed = True
 
     def present_count(self) -> int:
         return len(self.records) - self.absent

@@ -18,7 +18,7 @@ from collections.abc import Generator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 
-from syncengine import manifest, savefile, segments, sqlite_restore
+from syncengine import manifest, openfiles, savefile, segments, sqlite_restore
 from syncengine.checkpoint import AdapterState
 from syncengine.copier import link_hash, stream
 from syncengine.errors import DurableError, SourceError, durable_error, source_error
@@ -56,7 +56,8 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
     for warning in state.warnings:
         log.warning("manifest.warning %s", warning)
     if state.entries or state.last_seq:
-        return list(state.entries.values()), list(state.problems), "manifest"
+        return (openfiles.reconcile(store, state.entries.values()), list(state.problems),
+                "manifest")
     entries = []
     for rel, st in store.walk():
         if stat.S_ISLNK(st.st_mode):
@@ -67,7 +68,7 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
             entries.append(Entry(rel, "symlink", mtime_ns=st.st_mtime_ns, target=target))
         else:
             entries.append(Entry(rel, "file", st.st_size, st.st_mtime_ns, st.st_mode & 0o7777))
-    return entries, list(state.problems), "walk"
+    return openfiles.reconcile(store, entries), list(state.problems), "walk"
 
 
 def _local_state(live: DirCache, relpath: str) -> LocalState | None:
@@ -173,9 +174,10 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
             segments.seed(index, entry, ino=st.st_ino, size=st.st_size, mtime_ns=st.st_mtime_ns,
                           ctime_ns=st.st_ctime_ns)
             continue
+        copy = openfiles.is_copy(entry)  # not at its canonical path yet: publish it next pass
         index.record(entry.path, size=st.st_size, mtime_ns=st.st_mtime_ns,
-                     ctime_ns=st.st_ctime_ns, hash64=h, mode=st.st_mode, kind=entry.kind,
-                     target=entry.target)
+                     ctime_ns=DIRTY if copy else st.st_ctime_ns, hash64=0 if copy else h,
+                     mode=st.st_mode, kind=entry.kind, target=entry.target)
     if index.changed:
         index.save(state.index_path)
     files = [e for e, _, _ in restored if e.kind != "symlink"]

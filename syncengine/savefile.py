@@ -173,6 +173,19 @@ def write_file(path: str | os.PathLike[str], data: bytes, *, staging_dir: str | 
         fsync_dir(os.path.dirname(path) or ".")
 
 
+def rename_new(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """Rename `src` to `dst`, refusing (FileExistsError) when `dst` already exists.
+
+    For migration moves (a legacy directory to its rollback name, a cache file
+    into quarantine): nothing that exists is ever replaced.  The check and the
+    rename are two steps; migrate runs under the state lock.
+    """
+    if os.path.lexists(dst):
+        raise FileExistsError(17, "File exists", os.fspath(dst))
+    os.makedirs(os.path.dirname(os.fspath(dst)) or ".", exist_ok=True)
+    os.rename(src, dst)
+
+
 def place_symlink(target: str, name: str, *, dir_fd: int, mtime_ns: int | None = None) -> None:
     """Create or replace the symlink `name` (in `dir_fd`) pointing at `target`."""
     tmp = secrets.token_hex(8) + TEMP_SUFFIX

@@ -182,6 +182,22 @@ def _chain_of(entry: Entry) -> tuple[str, list[int]]:
     return chain, lens
 
 
+def complete_lines_end(fd: int, size: int) -> int:
+    """Length of the complete lines among the first `size` bytes of an open file."""
+    return _last_newline_end(fd, 0, size)
+
+
+def chain_objects(entry: Entry) -> list[tuple[str, int]]:
+    """(object name, length) of every object of a log's chain, in order (verify, gc)."""
+    chain, lens = _chain_of(entry)
+    out = []
+    pos = 0
+    for seq, length in enumerate(lens):
+        out.append((object_name(entry.path, chain, seq, pos, pos + length), length))
+        pos += length
+    return out
+
+
 def reconstruct(entry: Entry, durable: DirCache, sink: Callable[[memoryview], object] | None
                 ) -> int:
     """Feed the log's bytes to `sink` in order; raise SourceError naming any bad object.

@@ -90,6 +90,31 @@ class Store:
         except OSError as exc:
             raise durable_error("sync", self.root, exc) from exc
 
+    def delete(self, relpath: str) -> bool:
+        """Remove one object (gc only); prune directories it leaves empty.  False: gone."""
+        target = self.root / relpath
+        try:
+            os.unlink(target)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise durable_error("delete", target, exc) from exc
+        parent = target.parent
+        while parent != self.root and self.root in parent.parents:
+            try:
+                os.rmdir(parent)
+            except OSError:  # not empty (or the mount keeps no directories): stop
+                break
+            parent = parent.parent
+        return True
+
+    def rename_new(self, relpath: str, new_relpath: str) -> None:
+        """Move an object (or a legacy directory: migrate only) to a name that is free."""
+        try:
+            savefile.rename_new(self.root / relpath, self.root / new_relpath)
+        except OSError as exc:
+            raise durable_error(f"rename to {new_relpath}", self.root / relpath, exc) from exc
+
     def sweep_staging(self) -> int:
         """Remove temp objects a killed run left behind."""
         try:
@@ -106,14 +131,19 @@ class Store:
         except OSError as exc:
             raise durable_error("stat", self.root, exc) from exc
 
-    def is_file(self, relpath: str) -> bool:
-        """Whether a regular file is at `relpath` (restore only: one stat, no listing)."""
+    def stat(self, relpath: str) -> os.stat_result | None:
+        """lstat of one object (verify, gc, migrate; never the periodic loop), or None."""
         try:
-            return stat.S_ISREG(os.stat(self.root / relpath, follow_symlinks=False).st_mode)
+            return os.stat(self.root / relpath, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):
-            return False
+            return None
         except OSError as exc:
             raise durable_error("stat", self.root / relpath, exc) from exc
+
+    def is_file(self, relpath: str) -> bool:
+        """Whether a regular file is at `relpath` (restore only: one stat, no listing)."""
+        st = self.stat(relpath)
+        return st is not None and stat.S_ISREG(st.st_mode)
 
     def reader(self) -> DirCache:
         """A cache of directory descriptors for safe reads; close it when done."""
@@ -135,13 +165,14 @@ class Store:
         except OSError as exc:
             raise durable_error("list", path, exc) from exc
 
-    def walk(self) -> Iterator[tuple[str, os.stat_result]]:
-        """Every file and symlink below the root, without following links.
+    def walk(self, top: str = "") -> Iterator[tuple[str, os.stat_result]]:
+        """Every file and symlink below the root (or `top`), without following links.
 
-        Only for durable trees that have no manifest (the old rsync layout):
-        the periodic checkpoint never calls this.
+        Only for durable trees that have no manifest (the old rsync layout),
+        verify and gc: the periodic checkpoint never calls this.  From the
+        root, ``.syncengine/`` is skipped.
         """
-        stack = [""]
+        stack = [top]
         while stack:
             reldir = stack.pop()
             path = self.root / reldir if reldir else self.root

@@ -1,0 +1,311 @@
+"""Verify: check the durable side against the manifest, trusting neither.
+
+Owns `syncengine verify`.  Per adapter: every manifest entry's object exists
+with the recorded size (for a segment chain, every object with its length;
+for a SQLite snapshot, the snapshot); a deterministic sample (seeded by the
+manifest's sequence number, so a rerun checks the same paths and
+``sample=100`` checks all) is read back and hashed (a chain is rebuilt and
+hashed as restore would); every SQLite snapshot is copied to a local temp
+file and passes ``PRAGMA quick_check`` (SQLite is never opened on the mount);
+files on the durable side that no entry names are listed, and fail the run
+only when `strict`.
+
+Resumable: progress (the manifest sequence, the sample, the last path
+checked in sorted order, the problems so far) is saved in
+``<state_dir>/verify/<adapter>.json`` every few hundred entries and when a
+run stops at its `limit`; the next run continues after that path unless the
+manifest changed or `restart` is asked.  A finished adapter removes its file.
+It never writes to the durable side and does not take the state lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sqlite3
+import stat
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import xxhash
+
+from syncengine import manifest, savefile, segments
+from syncengine.copier import stream
+from syncengine.errors import DurableError, SourceError
+from syncengine.manifest import Entry
+from syncengine.safepath import DirCache, UnsafePath
+from syncengine.store import Store
+
+log = logging.getLogger("syncengine")
+SAVE_EVERY = 500  # entries between progress saves
+
+
+@attrs.frozen
+class Problem:
+    """One thing wrong on the durable side, named by path."""
+
+    adapter: str
+    path: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.adapter}: {self.path}: {self.what}"
+
+
+@attrs.frozen
+class AdapterVerify:
+    """What verify found for one adapter."""
+
+    name: str
+    seq: int = 0
+    entries: int = 0
+    checked: int = 0  # entries whose objects were checked (this run and resumed ones)
+    hashed: int = 0  # entries read back and hashed
+    bytes_read: int = 0
+    problems: tuple[Problem, ...] = ()
+    unlisted: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # unreadable manifest objects skipped, unknown kinds
+    complete: bool = True  # False: stopped at the limit; run again to continue
+    resumed_after: str | None = None
+    fatal: str | None = None
+
+
+@attrs.frozen
+class VerifyReport:
+    adapters: tuple[AdapterVerify, ...]
+    sample: float
+    strict: bool
+
+    @property
+    def ok(self) -> bool:
+        return all(not a.problems and a.fatal is None and not (self.strict and a.unlisted)
+                   for a in self.adapters)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "sample": self.sample, "strict": self.strict,
+                "adapters": [{**attrs.asdict(a, recurse=False),
+                              "problems": [attrs.asdict(p) for p in a.problems],
+                              "unlisted": list(a.unlisted), "notes": list(a.notes)}
+                             for a in self.adapters]}
+
+    def lines(self) -> list[str]:
+        out = []
+        for a in self.adapters:
+            if a.fatal:
+                out.append(f"{a.name}: FAILED: {a.fatal}")
+                continue
+            out.extend(f"PROBLEM {p}" for p in a.problems)
+            out.extend(f"{'PROBLEM' if self.strict else 'unlisted'} {a.name}: {u}: "
+                       "on the durable side but in no manifest entry" for u in a.unlisted)
+            out.extend(f"note {a.name}: {n}" for n in a.notes)
+            state = "" if a.complete else " (stopped at the limit: run again to continue)"
+            resumed = f", resumed after {a.resumed_after}" if a.resumed_after else ""
+            out.append(f"{a.name}: manifest seq {a.seq}, {a.entries} entries, {a.checked} "
+                       f"checked, {a.hashed} read back ({a.bytes_read} bytes){resumed}; "
+                       f"{len(a.problems)} problem(s), {len(a.unlisted)} unlisted{state}")
+        out.append("verify: OK" if self.ok else "verify: PROBLEMS FOUND")
+        return out
+
+
+def sampled(path: str, seq: int, percent: float) -> bool:
+    """Whether `path` is in the read-back sample (deterministic for one manifest seq)."""
+    if percent >= 100:
+        return True
+    return xxhash.xxh3_64_intdigest(path.encode(), seed=seq) % 10000 < percent * 100
+
+
+def quick_check(durable: DirCache, relpath: str, scratch: Path) -> tuple[int, int, str | None]:
+    """(bytes, xxh3_64, problem) of a SQLite snapshot, checked on a local temp copy.
+
+    SQLite is never opened on the mount: the snapshot is streamed into a temp
+    file under `scratch` (local disk), then ``PRAGMA quick_check`` runs there.
+    TODO(lead): this belongs in syncengine/sqlite.py once issue 3 lands.
+    """
+    scratch.mkdir(parents=True, exist_ok=True)
+    fd = durable.open_file(relpath)
+    with os.fdopen(fd, "rb") as src, tempfile.TemporaryDirectory(dir=scratch) as tmpdir:
+        local = os.path.join(tmpdir, "snapshot.db")
+        with open(local, "wb") as out:
+            n, h = stream(src.fileno(), None, out.write, src_name=relpath, dst_name=local)
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{local}?mode=ro", uri=True)) as db:
+                rows = db.execute("PRAGMA quick_check").fetchall()
+        except sqlite3.Error as exc:
+            return n, h, f"not a usable SQLite database ({exc})"
+        if rows != [("ok",)]:
+            return n, h, "quick_check failed: " + "; ".join(str(r[0]) for r in rows[:5])
+        return n, h, None
+
+
+@attrs.define
+class _Progress:
+    seq: int
+    sample: float
+    cursor: str = ""
+    checked: int = 0
+    hashed: int = 0
+    bytes_read: int = 0
+    problems: list[list[str]] = attrs.field(factory=list)
+
+    @classmethod
+    def load(cls, path: Path) -> _Progress | None:
+        try:
+            data = json.loads(path.read_bytes())
+            return cls(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def save(self, path: Path) -> None:
+        savefile.write_file(path, json.dumps(attrs.asdict(self)).encode(), fsync=False)
+
+
+def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
+                   restart: bool = False, limit: int | None = None) -> AdapterVerify:
+    """Check one adapter's durable side; see the module docstring."""
+    progress_path = state_dir / "verify" / f"{name}.json"
+    if not store.exists():
+        return AdapterVerify(name, notes=("no durable checkpoint yet",))
+    state = manifest.load(store)
+    entries = sorted(state.entries.values(), key=lambda e: e.path)
+    old = None if restart else _Progress.load(progress_path)
+    if old is not None and (old.seq != state.last_seq or old.sample != sample):
+        old = None  # the manifest changed (or the sample): start over
+    prog = old or _Progress(state.last_seq, sample)
+    resumed = prog.cursor or None
+    todo = [e for e in entries if e.path > prog.cursor] if prog.cursor else entries
+    problems = [Problem(name, p, w) for p, w in prog.problems]
+    notes = [f"skipped manifest object: {p}" for p in state.problems]
+    done = 0
+    with store.reader() as durable:
+        for entry in todo:
+            if limit is not None and done >= limit:
+                prog.problems = [[p.path, p.what] for p in problems]
+                prog.save(progress_path)
+                return AdapterVerify(name, state.last_seq, len(entries), prog.checked,
+                                     prog.hashed, prog.bytes_read, tuple(problems), (),
+                                     tuple(notes), complete=False, resumed_after=resumed)
+            found, read = _check_entry(store, durable, entry, state_dir,
+                                       sampled(entry.path, state.last_seq, sample), notes)
+            problems.extend(Problem(name, entry.path, w) for w in found)
+            prog.checked += 1
+            prog.hashed += read is not None
+            prog.bytes_read += read or 0
+            prog.cursor = entry.path
+            done += 1
+            if done % SAVE_EVERY == 0:
+                prog.problems = [[p.path, p.what] for p in problems]
+                prog.save(progress_path)
+    unlisted = tuple(unlisted_files(store, state.entries.values()))
+    if unlisted and not state.last_seq:
+        notes.append("no manifest yet (old layout): files stay unlisted until a checkpoint")
+    progress_path.unlink(missing_ok=True)
+    return AdapterVerify(name, state.last_seq, len(entries), prog.checked, prog.hashed,
+                         prog.bytes_read, tuple(problems), unlisted, tuple(notes),
+                         resumed_after=resumed)
+
+
+def unlisted_files(store: Store, entries: Iterable[Entry]) -> list[str]:
+    """Durable files (outside ``.syncengine/``) that no manifest entry names."""
+    listed = set()
+    for e in entries:
+        listed.add(e.path)
+        listed.add(e.location)
+    return sorted(rel for rel, _ in store.walk() if rel not in listed)
+
+
+def _check_entry(store: Store, durable: DirCache, entry: Entry, state_dir: Path, sample: bool,
+                 notes: list[str]) -> tuple[list[str], int | None]:
+    """(problems, bytes read back or None) for one manifest entry."""
+    try:
+        if entry.kind == "symlink":
+            return [], None  # recorded in the manifest only: no durable object
+        if entry.kind == "segments":
+            return _check_chain(store, durable, entry, sample)
+        if entry.kind == "file":
+            return _check_file(store, durable, entry, sample)
+        if entry.kind == "sqlite":
+            return _check_sqlite(store, durable, entry, state_dir)
+    except UnsafePath as exc:
+        return [f"unsafe name in the manifest ({exc.reason})"], None
+    except SourceError as exc:
+        return [exc.reason], None
+    except OSError as exc:
+        return [f"cannot read: {exc.strerror or exc}"], None
+    notes.append(f"{entry.path}: kind {entry.kind!r} not known to this version, not checked")
+    return [], None
+
+
+def _size_problem(st: os.stat_result | None, size: int, what: str) -> str | None:
+    if st is None:
+        return f"{what} is missing on the durable side"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{what} is not a regular file on the durable side"
+    if size >= 0 and st.st_size != size:
+        how = "truncated" if st.st_size < size else "larger"
+        return f"{what} has {st.st_size} bytes, the manifest says {size} ({how})"
+    return None
+
+
+def _check_file(store: Store, durable: DirCache, entry: Entry, sample: bool
+                ) -> tuple[list[str], int | None]:
+    problem = _size_problem(store.stat(entry.location), entry.size, entry.location)
+    if problem or not sample:
+        return [problem] if problem else [], None
+    fd = durable.open_file(entry.location)
+    try:
+        n, h = stream(fd, None, None, src_name=entry.location)
+    finally:
+        os.close(fd)
+    if entry.hash is not None and h != entry.hash:
+        return [f"{entry.location}: content hash differs from the manifest (corrupt)"], n
+    return [], n
+
+
+def _check_chain(store: Store, durable: DirCache, entry: Entry, sample: bool
+                 ) -> tuple[list[str], int | None]:
+    out = []
+    pos = 0
+    for name, length in segments.chain_objects(entry):
+        problem = _size_problem(store.stat(name), length, f"segment {name}")
+        if problem:
+            out.append(problem)
+        pos += length
+    if out or not sample:
+        return out, None
+    segments.reconstruct(entry, durable, None)
+    return [], pos
+
+
+def _check_sqlite(store: Store, durable: DirCache, entry: Entry, state_dir: Path
+                  ) -> tuple[list[str], int | None]:
+    problem = _size_problem(store.stat(entry.location), -1, f"snapshot {entry.location}")
+    if problem:
+        return [problem], None
+    n, h, problem = quick_check(durable, entry.location, state_dir / "verify")
+    out = [f"snapshot {entry.location}: {problem}"] if problem else []
+    if entry.hash is not None and h != entry.hash:
+        out.append(f"snapshot {entry.location}: content hash differs from the manifest")
+    return out, n
+
+
+def verify(adapters: Mapping[str, Store], state_dir: Path, *, sample: float = 10.0,
+           strict: bool = False, restart: bool = False, limit: int | None = None
+           ) -> VerifyReport:
+    """Verify each named store; a failing durable side stops only that adapter."""
+    results = []
+    for name, store in adapters.items():
+        try:
+            results.append(verify_adapter(name, store, state_dir, sample=sample,
+                                          restart=restart, limit=limit))
+        except DurableError as exc:
+            results.append(AdapterVerify(name, fatal=str(exc)))
+    return VerifyReport(tuple(results), sample, strict)
