@@ -25,6 +25,7 @@ import os
 import secrets
 import sqlite3
 import stat
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
@@ -33,11 +34,12 @@ from typing import Any
 
 import attrs
 
-from syncengine.copier import SQLITE_HEADER, Published, Vanished, upload
+from syncengine.copier import SQLITE_HEADER, Published, Vanished, stream, upload
 from syncengine.errors import SourceError
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
 from syncengine.plan import Snapshot
+from syncengine.safepath import DirCache
 from syncengine.savefile import TEMP_SUFFIX
 from syncengine.store import Store
 
@@ -216,6 +218,26 @@ def quick_check(path: str, *, readonly: bool = True, timeout: float = 2.0) -> st
     with contextlib.closing(sqlite3.connect(target, uri=readonly, timeout=timeout)) as con:
         rows = con.execute("PRAGMA quick_check").fetchall()
     return "; ".join(str(r[0]) for r in rows[:5])
+
+
+def check_durable_copy(durable: DirCache, relpath: str, scratch: Path
+                       ) -> tuple[int, int, str | None]:
+    """(bytes, xxh3_64, problem) of a durable snapshot, checked on a local temp copy.
+
+    SQLite is never opened on the mount: the snapshot is streamed into a temp
+    file under `scratch` (local disk) and ``PRAGMA quick_check`` runs there.
+    """
+    scratch.mkdir(parents=True, exist_ok=True)
+    fd = durable.open_file(relpath)
+    with os.fdopen(fd, "rb") as src, tempfile.TemporaryDirectory(dir=scratch) as tmpdir:
+        local = os.path.join(tmpdir, "snapshot.db")
+        with open(local, "wb") as out:
+            n, h = stream(src.fileno(), None, out.write, src_name=relpath, dst_name=local)
+        try:
+            result = quick_check(local)
+        except sqlite3.Error as exc:
+            return n, h, f"not a usable SQLite database ({exc})"
+        return n, h, None if result == "ok" else f"quick_check failed: {result}"
 
 
 @contextlib.contextmanager

@@ -20,13 +20,10 @@ It never writes to the durable side and does not take the state lock.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import sqlite3
 import stat
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,7 +31,7 @@ from typing import Any
 import attrs
 import xxhash
 
-from syncengine import manifest, savefile, segments
+from syncengine import manifest, savefile, segments, sqlite
 from syncengine.copier import stream
 from syncengine.errors import DurableError, SourceError
 from syncengine.manifest import Entry
@@ -121,29 +118,6 @@ def sampled(path: str, seq: int, percent: float) -> bool:
     if percent >= 100:
         return True
     return xxhash.xxh3_64_intdigest(path.encode(), seed=seq) % 10000 < percent * 100
-
-
-def quick_check(durable: DirCache, relpath: str, scratch: Path) -> tuple[int, int, str | None]:
-    """(bytes, xxh3_64, problem) of a SQLite snapshot, checked on a local temp copy.
-
-    SQLite is never opened on the mount: the snapshot is streamed into a temp
-    file under `scratch` (local disk), then ``PRAGMA quick_check`` runs there.
-    TODO(lead): this belongs in syncengine/sqlite.py once issue 3 lands.
-    """
-    scratch.mkdir(parents=True, exist_ok=True)
-    fd = durable.open_file(relpath)
-    with os.fdopen(fd, "rb") as src, tempfile.TemporaryDirectory(dir=scratch) as tmpdir:
-        local = os.path.join(tmpdir, "snapshot.db")
-        with open(local, "wb") as out:
-            n, h = stream(src.fileno(), None, out.write, src_name=relpath, dst_name=local)
-        try:
-            with contextlib.closing(sqlite3.connect(f"file:{local}?mode=ro", uri=True)) as db:
-                rows = db.execute("PRAGMA quick_check").fetchall()
-        except sqlite3.Error as exc:
-            return n, h, f"not a usable SQLite database ({exc})"
-        if rows != [("ok",)]:
-            return n, h, "quick_check failed: " + "; ".join(str(r[0]) for r in rows[:5])
-        return n, h, None
 
 
 @attrs.define
@@ -290,7 +264,7 @@ def _check_sqlite(store: Store, durable: DirCache, entry: Entry, state_dir: Path
     problem = _size_problem(store.stat(entry.location), -1, f"snapshot {entry.location}")
     if problem:
         return [problem], None
-    n, h, problem = quick_check(durable, entry.location, state_dir / "verify")
+    n, h, problem = sqlite.check_durable_copy(durable, entry.location, state_dir / "verify")
     out = [f"snapshot {entry.location}: {problem}"] if problem else []
     if entry.hash is not None and h != entry.hash:
         out.append(f"snapshot {entry.location}: content hash differs from the manifest")
