@@ -9,19 +9,46 @@ The public API for embedding::
     assert report.ok, report.errors
 """
 
-from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
-from syncengine.engine import Engine
-from syncengine.errors import (
-    ConfigError,
-    DurableError,
-    Incomplete,
-    LockBusy,
-    SourceError,
-    SyncEngineError,
-)
-from syncengine.journal import Journal, Prompt
-from syncengine.report import AdapterReport, PathError, Report
-from syncengine.runner import Runner
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
+    from syncengine.engine import Engine
+    from syncengine.errors import (
+        ConfigError,
+        DurableError,
+        Incomplete,
+        LockBusy,
+        SourceError,
+        SyncEngineError,
+    )
+    from syncengine.journal import Journal, Prompt
+    from syncengine.report import AdapterReport, PathError, Report
+    from syncengine.runner import Runner
+
+# Public names, imported on first use (PEP 562): a one-shot `syncengine checkpoint`
+# then never loads the watcher, the journal or the maintenance commands.
+_EXPORTS = {
+    "AdapterSpec": "config", "Config": "config", "config_from_dict": "config",
+    "load_config": "config", "Engine": "engine", "ConfigError": "errors",
+    "DurableError": "errors", "Incomplete": "errors", "LockBusy": "errors",
+    "SourceError": "errors", "SyncEngineError": "errors", "Journal": "journal",
+    "Prompt": "journal", "AdapterReport": "report", "PathError": "report",
+    "Report": "report", "Runner": "runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'syncengine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"syncengine.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 

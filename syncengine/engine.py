@@ -14,19 +14,15 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import attrs
 
 from syncengine import checkpoint, restore, savefile, segments, sqlite
-from syncengine import gc as gc_
-from syncengine import migrate as migrate_
-from syncengine import verify as verify_
 from syncengine.checkpoint import AdapterState
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.errors import ConfigError, DurableError, LockBusy, durable_error
 from syncengine.index import DIRTY, SIG, Index, file_signature
-from syncengine.journal import Journal
 from syncengine.lock import StateLock
 from syncengine.manifest import load as load_manifest
 from syncengine.patterns import Matcher, compile_patterns
@@ -34,6 +30,12 @@ from syncengine.plan import Snapshot, Upload, plan_checkpoint
 from syncengine.report import AdapterReport, PathError, Report
 from syncengine.scan import ScanJob, Seen, scan, scan_paths
 from syncengine.store import Store
+
+if TYPE_CHECKING:  # the maintenance commands load only when they run
+    from syncengine import gc as gc_
+    from syncengine import migrate as migrate_
+    from syncengine import verify as verify_
+    from syncengine.journal import Journal
 
 log = logging.getLogger("syncengine")
 
@@ -300,6 +302,8 @@ class Engine:
     def verify(self, adapters: Sequence[str] | None = None, *, sample: float = 10.0,
                strict: bool = False, restart: bool = False, limit: int | None = None
                ) -> verify_.VerifyReport:
+        from syncengine import verify as verify_
+
         """Check the durable side against the manifest (see `syncengine.verify`)."""
         self._check_durable_root()
         stores = {s.name: Store(s.durable) for s in self.config.select(adapters)}
@@ -307,16 +311,22 @@ class Engine:
                              restart=restart, limit=limit)
 
     def gc(self, adapters: Sequence[str] | None = None, *, apply: bool = False) -> gc_.GcReport:
+        from syncengine import gc as gc_
+
         """Plan (and with `apply`, carry out) garbage collection (see `syncengine.gc`)."""
         self._check_durable_root()
         return gc_.run(self, self.config.select(adapters), apply=apply)
 
     def migrate(self, *, dry_run: bool = False) -> migrate_.MigrateReport:
+        from syncengine import migrate as migrate_
+
         """Move a deployment from the old rsync layout (see `syncengine.migrate`)."""
         self._check_durable_root()
         return migrate_.run(self, dry_run=dry_run)
 
     def journal(self) -> Journal:
+        from syncengine.journal import Journal
+
         """The input journal (`journal_dir`, default ``<durable_root>/journal``)."""
         self._check_durable_root()
         root = self.config.journal_dir or self.config.durable_root / "journal"

@@ -32,8 +32,10 @@ from syncengine.index import SIG
 from syncengine.patterns import Matcher
 from syncengine.savefile import TEMP_SUFFIX
 
-_FRONTIER_PER_WORKER = 8
-_EXPAND_LIMIT = 4000
+_FRONTIER = 64  # directories to hand out before forking ...
+_EXPAND_LIMIT = 4000  # ... or entries the parent walks first, whichever comes first
+_SAMPLE = 2000  # index keys sampled to estimate where the files are
+_SPLIT_ROUNDS = 4
 
 
 class Seen(NamedTuple):
@@ -93,7 +95,7 @@ def _walk(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None
     stack = [start]
     handled = 0
     while stack:
-        if limit is not None and (handled >= limit or len(stack) >= 64):
+        if limit is not None and (handled >= limit or len(stack) >= _FRONTIER):
             return stack
         d = stack.pop(0) if limit is not None else stack.pop()
         path = f"{root}/{d}" if d else root
@@ -142,32 +144,81 @@ def _walk(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None
 def scan(jobs: Sequence[ScanJob], *, workers: int = 2) -> dict[str, ScanResult]:
     """Walk every job's tree and return a ScanResult per job name."""
     results = {job.name: ScanResult() for job in jobs}
-    frontier: list[tuple[int, str]] = []
+    parallel = workers > 1 and _can_fork()
+    frontier: list[tuple[float, int, str]] = []
     for i, job in enumerate(jobs):
-        limit = _EXPAND_LIMIT if workers > 1 else None
-        rest = _walk(job, "", results[job.name], limit=limit)
-        frontier.extend((i, d) for d in rest)
-    if not frontier:
-        return results
-    if workers > 1 and _can_fork() and len(frontier) >= 2:
-        _scan_forked(jobs, frontier, results, workers)
-    else:
-        for i, d in frontier:
+        if not parallel:
+            _walk(job, "", results[job.name])
+            continue
+        rest = _walk(job, "", results[job.name], limit=_EXPAND_LIMIT)
+        frontier.extend((w, i, d) for w, d in _balance(job, rest, results[job.name], workers))
+    if len(frontier) < 2:
+        for _, i, d in frontier:
             _walk(jobs[i], d, results[jobs[i].name])
+        return results
+    _scan_forked(jobs, _pack(frontier, workers), results)
     return results
+
+
+def _weights(records: Mapping[str, bytes], dirs: list[str]) -> dict[str, float]:
+    """Estimated number of indexed files under each of `dirs`, from a strided sample."""
+    keys = list(records)
+    step = max(1, len(keys) // _SAMPLE)
+    per_key = step if keys else 0
+    weight = dict.fromkeys(dirs, 1.0)
+    for key in keys[::step]:
+        parent = key.rpartition("/")[0]
+        while parent:
+            if parent in weight:
+                weight[parent] += per_key
+                break
+            parent = parent.rpartition("/")[0]
+    return weight
+
+
+def _balance(job: ScanJob, frontier: list[str], out: ScanResult, workers: int
+             ) -> list[tuple[float, str]]:
+    """Split frontier directories that hold too large a share of the tree.
+
+    The index says where the files are: a directory estimated to hold more
+    than 1/(4 x workers) of them is listed here and replaced by its
+    subdirectories, so one deep subtree cannot leave a worker idle.
+    """
+    weight = _weights(job.records, frontier)
+    total = sum(weight.values())
+    for _ in range(_SPLIT_ROUNDS):
+        heavy = [d for d in weight if weight[d] > total / (4 * workers) and weight[d] > 1]
+        if not heavy:
+            break
+        for d in heavy:
+            del weight[d]
+            for sub in _walk(job, d, out, limit=1):  # one listing: its files, then subdirs
+                weight[sub] = 1.0
+        weight = _weights(job.records, list(weight))
+    return [(w, d) for d, w in weight.items()]
+
+
+def _pack(frontier: list[tuple[float, int, str]], workers: int) -> list[list[tuple[int, str]]]:
+    """Greedy bin packing: heaviest directory first, onto the lightest worker."""
+    bins: list[list[tuple[int, str]]] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    for w, i, d in sorted(frontier, reverse=True):
+        k = load.index(min(load))
+        bins[k].append((i, d))
+        load[k] += w
+    return [b for b in bins if b]
 
 
 def _can_fork() -> bool:
     return hasattr(os, "fork") and threading.active_count() == 1
 
 
-def _scan_forked(jobs: Sequence[ScanJob], frontier: list[tuple[int, str]],
-                 results: dict[str, ScanResult], workers: int) -> None:
+def _scan_forked(jobs: Sequence[ScanJob], shares: list[list[tuple[int, str]]],
+                 results: dict[str, ScanResult]) -> None:
     children: list[tuple[int, int, list[tuple[int, str]]]] = []
     gc.freeze()  # children's collections then skip the inherited heap (copy-on-write)
     try:
-        for w in range(min(workers, len(frontier))):
-            share = frontier[w::workers]
+        for share in shares:
             r, wfd = os.pipe()
             pid = os.fork()
             if pid == 0:  # child: walk its share, send the results, exit without cleanup

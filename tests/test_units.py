@@ -95,3 +95,31 @@ def test_newer_local_file_is_never_overwritten(local_mtime: int, durable_mtime: 
 def test_unsafe_relative_paths_are_refused(bad: str) -> None:
     with pytest.raises(UnsafePath):
         check_relpath(bad)
+
+
+def test_scan_split_follows_the_index_so_one_deep_subtree_cannot_starve_a_worker(
+        tmp_path: object) -> None:
+    """The frontier is split where the index says the files are, then bin-packed."""
+    from pathlib import Path
+
+    from syncengine.scan import ScanJob, ScanResult, _balance, _pack, _walk
+
+    root = Path(str(tmp_path))
+    for i in range(3):  # three small siblings ...
+        (root / f"small{i}").mkdir()
+        (root / f"small{i}/f").write_text("x")
+    deep = root / "big/storage/part"  # ... and one subtree with nearly all the files
+    records = {}
+    for i in range(200):
+        d = deep / f"m{i}"
+        d.mkdir(parents=True)
+        (d / "p.json").write_text("{}")
+        records[f"big/storage/part/m{i}/p.json"] = b""
+    job = ScanJob("t", str(root), compile_patterns([]), records)
+    out = ScanResult()
+    frontier = _walk(job, "", out, limit=1)  # the root's subdirectories only
+    balanced = _balance(job, frontier, out, workers=2)
+    assert len(balanced) > 100  # the deep directory was split down to its members
+    shares = _pack([(w, 0, d) for w, d in balanced], 2)
+    sizes = [sum(1 for _, d in s if d.startswith("big/")) for s in shares]
+    assert abs(sizes[0] - sizes[1]) <= 1
