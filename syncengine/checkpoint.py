@@ -204,7 +204,8 @@ def _record_link(state: AdapterState, path: str, done: list[_Done],
 def _entry(done: _Done) -> Entry:
     if done.copied is not None:
         c = done.copied
-        return Entry(done.path, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64)
+        return Entry(done.path, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64,
+                     object=c.object)
     assert done.link_sig is not None
     return Entry(done.path, "symlink", mtime_ns=done.link_sig[1], target=done.link_target)
 
@@ -245,9 +246,14 @@ def _apply(index: Index, done: Iterable[_Done], started_ns: int) -> None:
             c = d.copied
             size, mtime, ctime = c.stat_before
             too_recent = mtime >= started_ns - GRANULARITY_NS
+            extra = None
+            if c.published:  # a new version: its object (or none: at the path) replaces the old
+                extra = {k: v for k, v in index.extras.get(d.path, {}).items() if k != "object"}
+                if c.object:
+                    extra["object"] = c.object
             index.record(d.path, size=c.size, mtime_ns=c.mtime_ns,
                          ctime_ns=DIRTY if c.raced or too_recent or size != c.size else ctime,
-                         hash64=c.hash64, mode=c.mode)
+                         hash64=c.hash64, mode=c.mode, extra=extra)
         elif d.link_sig is not None and d.link_target is not None:
             size, mtime, ctime, mode = d.link_sig
             index.record(d.path, size=size, mtime_ns=mtime, ctime_ns=ctime,

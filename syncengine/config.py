@@ -20,7 +20,8 @@ import attrs
 from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
-    {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs"}
+    {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs",
+     "require_mount"}
 )
 ADAPTER_KEYS = frozenset({"name", "description", "live", "durable", "exclude", "sqlite"})
 DEFAULT_INTERVAL = 15.0
@@ -53,6 +54,7 @@ class Config:
     adapters: tuple[AdapterSpec, ...]
     interval: float = DEFAULT_INTERVAL
     jobs: int = DEFAULT_JOBS
+    require_mount: bool = False
     sources: Mapping[str, str] = attrs.field(factory=dict)
 
     def adapter(self, name: str) -> AdapterSpec:
@@ -147,10 +149,15 @@ def config_from_dict(
     jobs = int(layers.number("jobs", default=DEFAULT_JOBS))
     if jobs < 1 or jobs > 256:
         raise ConfigError(f"{layers.sources['jobs']}: jobs must be between 1 and 256")
+    require_mount = layers.get("require_mount", None, False)
+    if not isinstance(require_mount, bool):
+        raise ConfigError(f"{layers.sources['require_mount']}: require_mount must be true or "
+                          f"false, not {require_mount!r}")
     specs = _adapter_specs(layers, local_root, durable_root)
     _check_overlaps(specs, state_dir)
     return Config(local_root=local_root, durable_root=durable_root, state_dir=state_dir,
-                  adapters=specs, interval=interval, jobs=jobs, sources=dict(layers.sources))
+                  adapters=specs, interval=interval, jobs=jobs, require_mount=require_mount,
+                  sources=dict(layers.sources))
 
 
 @attrs.define

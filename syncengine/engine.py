@@ -18,15 +18,15 @@ from typing import Any
 
 import attrs
 
-from syncengine import checkpoint, restore, savefile
+from syncengine import checkpoint, probe, restore, savefile
 from syncengine.checkpoint import AdapterState
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
-from syncengine.errors import ConfigError, DurableError, LockBusy, durable_error
+from syncengine.errors import ConfigError, DurableError, LockBusy
 from syncengine.index import DIRTY, Index
 from syncengine.lock import StateLock
 from syncengine.manifest import load as load_manifest
 from syncengine.patterns import Matcher, compile_patterns
-from syncengine.plan import Upload, plan_checkpoint
+from syncengine.plan import RecordLink, Upload, plan_checkpoint
 from syncengine.report import AdapterReport, PathError, Report
 from syncengine.scan import ScanJob, scan
 from syncengine.store import Store
@@ -59,6 +59,8 @@ class Engine:
             for s in config.adapters
         }
         self._indexes: dict[str, Index] = {}
+        self._caps: probe.Capabilities | None = None
+        self._unseeded: set[str] = set()  # fresh indexes not yet rebuilt from the manifest
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | None = None, *,
@@ -78,21 +80,19 @@ class Engine:
     def _status_path(self, name: str) -> Path:
         return self.config.state_dir / "status" / f"{name}.json"
 
-    def _state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:
+    def _state(self, spec: AdapterSpec) -> AdapterState:
         index = self._indexes.get(spec.name)
-        fresh = False
         if index is None:
             index = Index.load(self._index_path(spec.name))
             if index is None:
-                index, fresh = Index(), True
+                index = Index()
+                self._unseeded.add(spec.name)
             self._indexes[spec.name] = index
         state = AdapterState(
             name=spec.name, live=spec.live, store=Store(spec.durable), index=index,
             index_path=self._index_path(spec.name),
             staging_marker=self.config.state_dir / "staging" / f"{spec.name}.pending",
         )
-        if fresh and seed:
-            _seed_from_manifest(state)
         return state
 
     def _skip_dirs(self, spec: AdapterSpec) -> frozenset[str]:
@@ -153,12 +153,17 @@ class Engine:
             if dry_run:
                 reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
                 continue
-            if any(isinstance(a, Upload) for a in actions):
-                try:
-                    self._check_durable_root()
+            if any(isinstance(a, (Upload, RecordLink)) for a in actions):
+                try:  # a run that may write: health check and probe (cached); idle runs skip it
+                    caps = self._durable_ready()
                 except DurableError as exc:
                     reports.append(AdapterReport(state.name, fatal=str(exc)))
                     continue
+                state.store.configure(rename_supported=caps.rename_supported,
+                                      attrs_after_close=caps.attrs_after_close)
+                if state.name in self._unseeded:  # only now: an idle pass never reads durable
+                    self._unseeded.discard(state.name)
+                    _seed_from_manifest(state)
             rep = checkpoint.run(state, actions, started_ns=started, jobs=self.config.jobs)
             scan_errors = tuple(
                 PathError(state.name, p, "scan", r) for p, r in result.errors)
@@ -186,7 +191,8 @@ class Engine:
         t0 = time.monotonic()
         try:
             self._check_durable_root()
-            state = self._state(spec, seed=False)
+            state = self._state(spec)
+            self._unseeded.discard(spec.name)  # restore reads the manifest itself
             if not state.store.exists():
                 log.info("restore.nothing adapter=%s durable=%s (no checkpoint yet)", spec.name,
                          spec.durable)
@@ -205,14 +211,16 @@ class Engine:
         return _with(rep, duration_s=time.monotonic() - t0)
 
     def _check_durable_root(self) -> None:
-        root = self.config.durable_root
-        try:
-            os.stat(root)
-        except FileNotFoundError as exc:
-            raise DurableError(f"durable root {root} does not exist: mount it, or set "
-                               "durable_root (DATA_DIR) to the checkpoint location") from exc
-        except OSError as exc:
-            raise durable_error("stat", root, exc) from exc
+        probe.check_root(self.config.durable_root, require_mount=self.config.require_mount,
+                         state_dir=self.config.state_dir)
+
+    def _durable_ready(self) -> probe.Capabilities:
+        """Health-check the durable root and learn what it supports (once per Engine run)."""
+        self._check_durable_root()
+        if self._caps is None:
+            self._caps = probe.capabilities(self.config.durable_root, self.config.state_dir)
+            log.info("probe.durable root=%s %s", self.config.durable_root, self._caps.describe())
+        return self._caps
 
     # -- status ----------------------------------------------------------
     def _write_status(self, report: Report) -> None:
@@ -263,7 +271,9 @@ class Engine:
                 "interval": [cfg.interval, cfg.sources.get("interval")],
                 "jobs": [cfg.jobs, cfg.sources.get("jobs")],
                 "adapters": [[s.name for s in cfg.adapters], cfg.sources.get("adapters")],
+                "require_mount": [cfg.require_mount, cfg.sources.get("require_mount")],
             },
+            "durable_probe": _probe_status(cfg.state_dir, cfg.durable_root),
             "restore": _read_json(cfg.state_dir / "restore.json") or None,
             "adapters": adapters,
         }
@@ -283,11 +293,22 @@ def _seed_from_manifest(state: AdapterState) -> None:
         if entry.kind in ("file", "symlink"):
             state.index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns,
                                ctime_ns=DIRTY, hash64=entry.hash or 0, mode=entry.mode,
-                               kind=entry.kind, target=entry.target)
+                               kind=entry.kind, target=entry.target, extra=entry.index_extra())
     if manifest_state.last_seq:
         state.index.meta.update(manifest_seq=manifest_state.last_seq,
                                 base_seq=manifest_state.base_seq,
                                 deltas=manifest_state.deltas_since_base)
+
+
+def _probe_status(state_dir: Path, root: Path) -> dict[str, Any] | None:
+    """The cached probe of the durable root, with a one-line summary (no mount operation)."""
+    cached = probe.read_cache(state_dir, root)
+    if not cached:
+        return None
+    caps = probe.Capabilities.from_json(cached)
+    if caps is None:
+        return None
+    return {**cached, "summary": caps.describe(), "rename_supported": caps.rename_supported}
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -138,7 +138,7 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
             counts["links"] += 1
         index.record(entry.path, size=st.st_size, mtime_ns=st.st_mtime_ns,
                      ctime_ns=st.st_ctime_ns, hash64=h, mode=st.st_mode, kind=entry.kind,
-                     target=entry.target)
+                     target=entry.target, extra=entry.index_extra() or {})
     if index.changed:
         index.save(state.index_path)
     files = [e for e, _, _ in restored if e.kind != "symlink"]
@@ -159,7 +159,7 @@ def _seed(index: Index, entry: Entry) -> None:
     if entry.kind in ("file", "symlink"):
         index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns, ctime_ns=DIRTY,
                      hash64=entry.hash or 0, mode=entry.mode, kind=entry.kind,
-                     target=entry.target)
+                     target=entry.target, extra=entry.index_extra() or {})
 
 
 def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache, jobs: int
