@@ -89,10 +89,14 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     counts = {"unchanged": 0, "skipped": 0}
     fatal: str | None = None
     uploads = [a for a in actions if isinstance(a, Upload)]
+    # A run that was killed (or stopped by the durable side) may have renamed new versions
+    # into place without recording them: the index's hashes are then not what the durable
+    # paths hold, so this run copies every changed file instead of trusting them.
+    trust_hashes = not state.staging_marker.exists()
     if uploads:
         _prepare_staging(state)
     try:
-        for action, result in _execute_uploads(state, uploads, jobs):
+        for action, result in _execute_uploads(state, uploads, jobs, trust_hashes):
             _collect(state, action, result, done, errors, counts)
     except DurableError as exc:
         fatal = str(exc)
@@ -131,11 +135,11 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     )
 
 
-def _execute_uploads(state: AdapterState, uploads: list[Upload], jobs: int
-                     ) -> Iterable[tuple[Upload, Copied | Exception]]:
+def _execute_uploads(state: AdapterState, uploads: list[Upload], jobs: int,
+                     trust_hashes: bool) -> Iterable[tuple[Upload, Copied | Exception]]:
     def one(action: Upload) -> Copied | Exception:
         rec = state.index.get(action.path)
-        known = rec is not None and rec.kind == "file"
+        known = trust_hashes and rec is not None and rec.kind == "file"
         try:
             return upload(state.store, os.fspath(state.live), action.path,
                           known_hash=rec.hash64 if known and rec else None,
