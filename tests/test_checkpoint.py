@@ -249,3 +249,31 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tree: Tree, cli: CliRunner) 
     with tree.no_durable_ops():
         out = cli("checkpoint", "--dry-run", "codex", check=0)
     assert "upload a.json (new, 3 bytes)" in out.stdout
+
+
+def test_version_published_by_an_interrupted_run_is_not_trusted_away(
+        tree: Tree, engine: EngineFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the crash matrix: renamed into place, never recorded, then changed back."""
+    from syncengine import manifest
+    from syncengine.errors import DurableError
+
+    old = time.time_ns() - 10 * 10**9
+    eng = engine({"adapters": ["codex"]})
+    tree.write(f"{CODEX}/h.json", "AAAA", mtime_ns=old)
+    assert eng.checkpoint().ok
+    tree.write(f"{CODEX}/h.json", "BBBB", mtime_ns=old + 10**9)
+
+    def gone(*args: object, **kwargs: object) -> str:
+        raise DurableError("the mount went away before the manifest was written")
+
+    with monkeypatch.context() as m:
+        m.setattr(manifest, "write", gone)
+        assert not eng.checkpoint().ok
+    durable = tree.backing / DUR / "h.json"
+    assert durable.read_bytes() == b"BBBB"  # published, but the index still says AAAA
+    tree.write(f"{CODEX}/h.json", "AAAA", mtime_ns=old + 2 * 10**9)
+    assert eng.checkpoint().ok
+    assert durable.read_bytes() == b"AAAA"
+    shutil.rmtree(tree.local / CODEX)
+    assert eng.restore().ok
+    assert (tree.local / CODEX / "h.json").read_bytes() == b"AAAA"
