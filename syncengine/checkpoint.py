@@ -129,13 +129,17 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     counts = {"unchanged": 0, "skipped": 0}
     fatal: str | None = None
     uploads = [a for a in actions if isinstance(a, (Upload, Snapshot))]
+    # A run that was killed (or stopped by the durable side) may have renamed new versions
+    # into place without recording them: the index's hashes are then not what the durable
+    # paths hold, so this run copies every changed file instead of trusting them.
+    trust_hashes = not state.staging_marker.exists()
     if uploads:
         _prepare_staging(state)
         if state.sqlite is not None:
             sqlite.sweep_staging(state.sqlite)
     recent = started_ns - GRANULARITY_NS
     companions: list[tuple[str, str]] = []
-    results = _execute_uploads(state, uploads, jobs, recent, final)
+    results = _execute_uploads(state, uploads, jobs, recent, final, trust_hashes)
     try:
         bases: dict[str, Upload | Snapshot] = {}
         for action, result in results:
@@ -218,7 +222,7 @@ def _snapshot(state: AdapterState, path: str, listed: bool, recent: int) -> _Res
 
 
 def _execute_uploads(state: AdapterState, uploads: list[Upload | Snapshot], jobs: int,
-                     recent: int, final: bool
+                     recent: int, final: bool, trust_hashes: bool
                      ) -> Generator[tuple[Upload | Snapshot, _Result], None, None]:
     sniff = state.sqlite is not None
     logs = state.segments
@@ -231,7 +235,7 @@ def _execute_uploads(state: AdapterState, uploads: list[Upload | Snapshot], jobs
             if base is not None:
                 return _Companion(base)
         rec = state.index.get(action.path)
-        known = rec is not None and rec.kind == "file"
+        known = trust_hashes and rec is not None and rec.kind == "file"
         try:
             if logs and logs.excluded(action.path, False):
                 return segments.publish(state.store, os.fspath(state.live), action.path,
@@ -321,7 +325,8 @@ def _entry(done: _Done) -> Entry:
         if isinstance(c, segments.Logged):
             return Entry(done.path, "segments", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64,
                          extra=segments.manifest_extra(c.extra))
-        return Entry(done.path, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64)
+        return Entry(done.path, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64,
+                     object=c.object)
     assert done.link_sig is not None
     return Entry(done.path, "symlink", mtime_ns=done.link_sig[1], target=done.link_target)
 
@@ -387,12 +392,17 @@ def _apply(index: Index, done: Iterable[_Done], started_ns: int) -> None:
             size, mtime, ctime = c.stat_before
             too_recent = mtime >= started_ns - GRANULARITY_NS
             logged = isinstance(c, segments.Logged)
+            extra: dict[str, Any] | None = None  # unchanged content: keep what is recorded
+            if isinstance(c, segments.Logged):
+                extra = c.extra
+            elif c.published:  # a new whole-file version: at its path, or a unique object
+                extra = {"object": c.object} if c.object else {}
             index.record(d.path, size=c.size, mtime_ns=c.mtime_ns,
                          ctime_ns=DIRTY if c.raced or too_recent or size != c.size else ctime,
                          hash64=c.hash64, mode=c.mode, kind="segments" if logged else "file",
-                         extra=c.extra if isinstance(c, segments.Logged) else None)
-            if not logged and "lens" in index.extras.get(d.path, {}):
-                index.extras.pop(d.path)  # no longer stored as a segment chain
+                         extra=extra)
+            if extra == {}:
+                index.extras.pop(d.path, None)
         elif d.link_sig is not None and d.link_target is not None:
             size, mtime, ctime, mode = d.link_sig
             index.record(d.path, size=size, mtime_ns=mtime, ctime_ns=ctime,

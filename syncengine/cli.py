@@ -212,6 +212,12 @@ def _print_status(status: dict[str, Any]) -> None:
     print("configuration:")
     for key, (value, source) in status["config"].items():
         print(f"  {key:<13} {value}  ({source})")
+    caps = status.get("durable_probe")
+    if caps:
+        print(f"durable root probe ({_fmt_time(caps.get('probed_ns'))}, "
+              f"{caps.get('fstype') or 'unknown fs'}): {caps['summary']}")
+    else:
+        print("durable root probe: not yet (runs at the first checkpoint that writes)")
     restore = status.get("restore")
     if restore:
         state = "complete" if restore.get("complete") else "INCOMPLETE"

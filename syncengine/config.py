@@ -21,7 +21,7 @@ from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
     {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs",
-     "journal_dir", "sqlite_busy_timeout", "rescan_interval", "gc"}
+     "journal_dir", "sqlite_busy_timeout", "rescan_interval", "gc", "require_mount"}
 )
 ADAPTER_KEYS = frozenset(
     {"name", "description", "live", "durable", "exclude", "sqlite", "segments", "migrate"}
@@ -99,6 +99,7 @@ class Config:
     jobs: int = DEFAULT_JOBS
     sqlite_busy_timeout: float = DEFAULT_SQLITE_BUSY_TIMEOUT  # wait for a locked database (s)
     rescan_interval: float = DEFAULT_RESCAN_INTERVAL  # daemon: full walk even with events
+    require_mount: bool = False
     sources: Mapping[str, str] = attrs.field(factory=dict)
     journal_dir: Path | None = None  # None: <durable_root>/journal
     gc: GcConfig = GcConfig()
@@ -198,13 +199,17 @@ def config_from_dict(
         raise ConfigError(f"{layers.sources['jobs']}: jobs must be between 1 and 256")
     journal_dir = layers.path("journal_dir", default=str(durable_root / "journal"))
     busy = layers.number("sqlite_busy_timeout", default=DEFAULT_SQLITE_BUSY_TIMEOUT)
+    require_mount = layers.get("require_mount", None, False)
+    if not isinstance(require_mount, bool):
+        raise ConfigError(f"{layers.sources['require_mount']}: require_mount must be true or "
+                          f"false, not {require_mount!r}")
     specs = _adapter_specs(layers, local_root, durable_root)
     _check_overlaps(specs, state_dir)
     gc = _gc_config(raw.get("gc", {}), origin)
     return Config(local_root=local_root, durable_root=durable_root, state_dir=state_dir,
                   adapters=specs, interval=interval, jobs=jobs, sqlite_busy_timeout=busy,
                   rescan_interval=rescan, sources=dict(layers.sources), journal_dir=journal_dir,
-                  gc=gc)
+                  gc=gc, require_mount=require_mount)
 
 
 

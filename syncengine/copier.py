@@ -115,6 +115,7 @@ class Copied:
     mtime_ns: int
     stat_before: tuple[int, int, int]
     raced: bool  # the file changed while it was read: do not record it as clean
+    object: str | None = None  # where the bytes went when not at the path (no-rename mounts)
 
 
 @attrs.frozen
@@ -157,16 +158,16 @@ def upload(store: Store, live_root: str, relpath: str, *, known_hash: int | None
                 return Copied(False, st.st_size, known_hash, st.st_mode, st.st_mtime_ns,
                               _sig(st), raced=_sig(after) != _sig(st))
             os.lseek(fd, 0, os.SEEK_SET)
-        with store.staged(st.st_mode) as tmp:
+        with store.staged(st.st_mode, dest) as tmp:
             size, h = stream(fd, st.st_size, tmp.write, src_name=src,
                              dst_name=f"{store.root}/{dest}")
             _close(tmp, st, store, dest)
-            store.publish(tmp, dest)
+            obj = store.publish(tmp, dest)
         after = os.fstat(fd)
     finally:
         os.close(fd)
     raced = size != st.st_size or _sig(after) != _sig(st)
-    return Copied(True, size, h, st.st_mode, st.st_mtime_ns, _sig(st), raced=raced)
+    return Copied(True, size, h, st.st_mode, st.st_mtime_ns, _sig(st), raced=raced, object=obj)
 
 
 def _starts_with_header(fd: int) -> bool:
@@ -178,7 +179,7 @@ def _starts_with_header(fd: int) -> bool:
 
 def _close(tmp: Staged, st: os.stat_result, store: Store, relpath: str) -> None:
     try:
-        tmp.close(mode=st.st_mode, mtime_ns=st.st_mtime_ns)
+        store.close(tmp, mode=st.st_mode, mtime_ns=st.st_mtime_ns)
     except OSError as exc:  # closing is the commit on an object-store mount
         raise durable_error("close (commit)", f"{store.root}/{relpath}", exc) from exc
 

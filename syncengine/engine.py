@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import attrs
 
-from syncengine import checkpoint, restore, savefile, segments, sqlite
+from syncengine import checkpoint, probe, restore, savefile, segments, sqlite
 from syncengine.checkpoint import AdapterState
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
-from syncengine.errors import ConfigError, DurableError, LockBusy, durable_error
+from syncengine.errors import ConfigError, DurableError, LockBusy
 from syncengine.index import DIRTY, SIG, Index, file_signature
 from syncengine.lock import StateLock
 from syncengine.manifest import load as load_manifest
 from syncengine.patterns import Matcher, compile_patterns
-from syncengine.plan import Snapshot, Upload, plan_checkpoint
+from syncengine.plan import RecordLink, Snapshot, Upload, plan_checkpoint
 from syncengine.report import AdapterReport, PathError, Report
 from syncengine.scan import ScanJob, Seen, scan, scan_paths
 from syncengine.store import Store
@@ -71,6 +71,8 @@ class Engine:
         }
         self._indexes: dict[str, Index] = {}
         self._recheck: dict[str, set[str]] = {}
+        self._caps: probe.Capabilities | None = None
+        self._unseeded: set[str] = set()  # fresh indexes not yet rebuilt from the manifest
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | None = None, *,
@@ -90,9 +92,8 @@ class Engine:
     def _status_path(self, name: str) -> Path:
         return self.config.state_dir / "status" / f"{name}.json"
 
-    def _state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:
+    def _state(self, spec: AdapterSpec) -> AdapterState:
         index = self._indexes.get(spec.name)
-        fresh = False
         if index is not None and index.file_sig != file_signature(self._index_path(spec.name)):
             # Another process (a checkpoint typed by a person) saved it since: never
             # continue from a stale manifest sequence.
@@ -100,7 +101,8 @@ class Engine:
         if index is None:
             index = Index.load(self._index_path(spec.name))
             if index is None:
-                index, fresh = Index(), True
+                index = Index()
+                self._unseeded.add(spec.name)
             self._indexes[spec.name] = index
         state = AdapterState(
             name=spec.name, live=spec.live, store=Store(spec.durable), index=index,
@@ -109,8 +111,6 @@ class Engine:
             segments=self._logs.get(spec.name),
             sqlite=self._sqlite_options(), sqlite_patterns=spec.sqlite,
         )
-        if fresh and seed:
-            _seed_from_manifest(state)
         return state
 
     def _sqlite_options(self) -> sqlite.Options:
@@ -121,7 +121,11 @@ class Engine:
 
     def adapter_state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:
         """One adapter's live root, store and loaded index (for gc and migrate)."""
-        return self._state(spec, seed=seed)
+        state = self._state(spec)
+        if seed and spec.name in self._unseeded:
+            self._unseeded.discard(spec.name)
+            _seed_from_manifest(state)
+        return state
 
     def skip_dirs(self, spec: AdapterSpec) -> frozenset[str]:
         state_dir = self.config.state_dir
@@ -200,12 +204,17 @@ class Engine:
             if dry_run:
                 reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
                 continue
-            if any(isinstance(a, (Upload, Snapshot)) for a in actions):
-                try:
-                    self._check_durable_root()
+            if any(isinstance(a, (Upload, Snapshot, RecordLink)) for a in actions):
+                try:  # a run that may write: health check and probe (cached); idle runs skip it
+                    caps = self._durable_ready()
                 except DurableError as exc:
                     reports.append(AdapterReport(state.name, fatal=str(exc)))
                     continue
+                state.store.configure(rename_supported=caps.rename_supported,
+                                      attrs_after_close=caps.attrs_after_close)
+                if state.name in self._unseeded:  # only now: an idle pass never reads durable
+                    self._unseeded.discard(state.name)
+                    _seed_from_manifest(state)
             rep = checkpoint.run(state, actions, started_ns=started, jobs=self.config.jobs,
                                  final=final)
             self._recheck[state.name] = _unsettled(state.index, result.changed)
@@ -235,7 +244,8 @@ class Engine:
         t0 = time.monotonic()
         try:
             self._check_durable_root()
-            state = self._state(spec, seed=False)
+            state = self._state(spec)
+            self._unseeded.discard(spec.name)  # restore reads the manifest itself
             if not state.store.exists():
                 log.info("restore.nothing adapter=%s durable=%s (no checkpoint yet)", spec.name,
                          spec.durable)
@@ -258,14 +268,16 @@ class Engine:
         return _with(rep, errors=rep.errors + lost, duration_s=time.monotonic() - t0)
 
     def _check_durable_root(self) -> None:
-        root = self.config.durable_root
-        try:
-            os.stat(root)
-        except FileNotFoundError as exc:
-            raise DurableError(f"durable root {root} does not exist: mount it, or set "
-                               "durable_root (DATA_DIR) to the checkpoint location") from exc
-        except OSError as exc:
-            raise durable_error("stat", root, exc) from exc
+        probe.check_root(self.config.durable_root, require_mount=self.config.require_mount,
+                         state_dir=self.config.state_dir)
+
+    def _durable_ready(self) -> probe.Capabilities:
+        """Health-check the durable root and learn what it supports (once per Engine run)."""
+        self._check_durable_root()
+        if self._caps is None:
+            self._caps = probe.capabilities(self.config.durable_root, self.config.state_dir)
+            log.info("probe.durable root=%s %s", self.config.durable_root, self._caps.describe())
+        return self._caps
 
     def export(self, path: str, out: BinaryIO, *, adapter: str | None = None) -> int:
         """Write the durable copy of one live path (a log rebuilt from its segments) to `out`.
@@ -325,12 +337,20 @@ class Engine:
         return migrate_.run(self, dry_run=dry_run)
 
     def journal(self) -> Journal:
+        """The input journal (`journal_dir`, default ``<durable_root>/journal``)."""
         from syncengine.journal import Journal
 
-        """The input journal (`journal_dir`, default ``<durable_root>/journal``)."""
-        self._check_durable_root()
         root = self.config.journal_dir or self.config.durable_root / "journal"
-        return Journal(root, self.config.state_dir, clock=self.clock)
+        return Journal(self.writable_store(root), self.config.state_dir, clock=self.clock)
+
+    def writable_store(self, root: Path) -> Store:
+        """A Store under the durable root that publishes the way the mount supports
+        (probed once per Engine; a mount without rename gets unique objects)."""
+        caps = self._durable_ready()
+        store = Store(root)
+        store.configure(rename_supported=caps.rename_supported,
+                        attrs_after_close=caps.attrs_after_close)
+        return store
 
     # -- status ----------------------------------------------------------
     def _write_status(self, report: Report) -> None:
@@ -391,7 +411,9 @@ class Engine:
                                         cfg.sources.get("sqlite_busy_timeout")],
                 "rescan_interval": [cfg.rescan_interval, cfg.sources.get("rescan_interval")],
                 "adapters": [[s.name for s in cfg.adapters], cfg.sources.get("adapters")],
+                "require_mount": [cfg.require_mount, cfg.sources.get("require_mount")],
             },
+            "durable_probe": _probe_status(cfg.state_dir, cfg.durable_root),
             "restore": _read_json(cfg.state_dir / "restore.json") or None,
             "sqlite": sqlite.library_version(),
             "daemon": daemon or None,
@@ -413,7 +435,7 @@ def _seed_from_manifest(state: AdapterState) -> None:
         if entry.kind in ("file", "symlink"):
             state.index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns,
                                ctime_ns=DIRTY, hash64=entry.hash or 0, mode=entry.mode,
-                               kind=entry.kind, target=entry.target)
+                               kind=entry.kind, target=entry.target, extra=entry.index_extra())
         elif entry.kind == "segments":
             segments.seed(state.index, entry)
         elif entry.kind == "sqlite":  # snapshot next pass; published only if it differs
@@ -463,6 +485,17 @@ def _daemon_status(path: Path) -> dict[str, Any]:
         except PermissionError:
             pass
     return data
+
+
+def _probe_status(state_dir: Path, root: Path) -> dict[str, Any] | None:
+    """The cached probe of the durable root, with a one-line summary (no mount operation)."""
+    cached = probe.read_cache(state_dir, root)
+    if not cached:
+        return None
+    caps = probe.Capabilities.from_json(cached)
+    if caps is None:
+        return None
+    return {**cached, "summary": caps.describe(), "rename_supported": caps.rename_supported}
 
 
 def _read_json(path: Path) -> dict[str, Any]:

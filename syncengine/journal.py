@@ -64,9 +64,9 @@ class Prompt:
 class Journal:
     """Prompts per session under `root` (durable), counters under `state_dir` (local)."""
 
-    def __init__(self, root: str | os.PathLike[str], state_dir: str | os.PathLike[str], *,
-                 clock: Callable[[], int] = time.time_ns) -> None:
-        self.store = Store(root)
+    def __init__(self, root: str | os.PathLike[str] | Store, state_dir: str | os.PathLike[str],
+                 *, clock: Callable[[], int] = time.time_ns) -> None:
+        self.store = root if isinstance(root, Store) else Store(root)
         self.state_dir = Path(state_dir) / "journal"
         self.clock = clock
 
@@ -81,7 +81,7 @@ class Journal:
             seq = self._next_seq(sdir)
             now = self.clock()
             name = f"{seq:012d}-{now:019d}-{secrets.token_hex(4)}.prompt"
-            with self.store.staged(0o600) as tmp:
+            with self.store.staged(0o600, f"{sdir}/{name}", unique=True) as tmp:
                 try:
                     tmp.write(prompt)
                     tmp.close(mode=0o600, fsync=True)

@@ -62,6 +62,13 @@ class Entry:
     def location(self) -> str:
         return self.object or self.path
 
+    def index_extra(self) -> dict[str, Any] | None:
+        """What the local index keeps beside the record (`Index.extras`) for this entry."""
+        extra = dict(self.extra)
+        if self.object:
+            extra["object"] = self.object
+        return extra or None
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.extra)
         out.update(path=self.path, kind=self.kind, mtime_ns=self.mtime_ns)

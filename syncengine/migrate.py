@@ -286,15 +286,16 @@ def _execute(engine: Engine, spec: AdapterSpec, action: Action) -> Entry | None:
     elif isinstance(action, Move):
         Store(action.store).rename_new(action.rel, action.new_rel)
     elif isinstance(action, SnapshotOpen):
-        openfiles.snapshot(Store(spec.durable), action, engine.clock())
+        openfiles.snapshot(engine.writable_store(spec.durable), action, engine.clock())
     elif isinstance(action, Copy):
         if action.link_target is not None:
             return Entry(action.dest, "symlink", mtime_ns=action.mtime_ns,
                          target=action.link_target)
-        c = upload(Store(spec.durable), os.fspath(action.src_root), action.rel,
+        c = upload(engine.writable_store(spec.durable), os.fspath(action.src_root), action.rel,
                    known_hash=None, known_size=None, dest=action.dest)
         if action.listed:
-            return Entry(action.dest, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64)
+            return Entry(action.dest, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64,
+                         object=c.object)
     return None
 
 

@@ -122,7 +122,7 @@ def snapshot(store: Store, action: SnapshotOpen, now_ns: int) -> None:
     name = f"{OPEN_DIR}/{action.rel}.{now_ns:019d}"
     fd, st = _open_held(action.proc_path)
     try:
-        with store.staged(st.st_mode) as tmp:
+        with store.staged(st.st_mode, name, unique=True) as tmp:
             n, h = stream(fd, action.size, tmp.write, src_name=action.proc_path,
                           dst_name=f"{store.root}/{name}")
             if n != action.size:

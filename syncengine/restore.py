@@ -177,7 +177,8 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
         copy = openfiles.is_copy(entry)  # not at its canonical path yet: publish it next pass
         index.record(entry.path, size=st.st_size, mtime_ns=st.st_mtime_ns,
                      ctime_ns=DIRTY if copy else st.st_ctime_ns, hash64=0 if copy else h,
-                     mode=st.st_mode, kind=entry.kind, target=entry.target)
+                     mode=st.st_mode, kind=entry.kind, target=entry.target,
+                     extra=entry.index_extra() or {})
     if index.changed:
         index.save(state.index_path)
     files = [e for e, _, _ in restored if e.kind != "symlink"]
@@ -204,7 +205,7 @@ def _seed(index: Index, entry: Entry) -> None:
     if entry.kind in ("file", "symlink"):
         index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns, ctime_ns=DIRTY,
                      hash64=entry.hash or 0, mode=entry.mode, kind=entry.kind,
-                     target=entry.target)
+                     target=entry.target, extra=entry.index_extra() or {})
     elif entry.kind == "segments":
         segments.seed(index, entry)
 

@@ -8,6 +8,10 @@ a close error is a failed write.  Until the rename, the previous version stays
 authoritative; a temp file of a failed or interrupted write is unlinked, and
 stale ones are swept by `sweep_staging` on the next run.
 
+Where the durable mount cannot rename (Mountpoint for S3), `create_object`
+writes a file under a final, unique name instead: nothing refers to it until a
+manifest names it, so it needs no rename (`Staged.keep`).
+
 Temp files are created ``0600``-or-tighter so a secret is never more readable
 in transit than its source.  Directory fsync ignores EINVAL/ENOTSUP, which
 network filesystems return (borg ``platform.base.sync_dir``).
@@ -82,6 +86,7 @@ class Staged:
     dir_fd: int | None
     closed: bool = False
     published: bool = False
+    in_place: bool = False  # created under its final name (create_object): keep(), no rename
 
     def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
@@ -109,10 +114,28 @@ class Staged:
             self.closed = True
             os.close(self.fd)
 
+    def set_attrs(self, *, mode: int | None = None, mtime_ns: int | None = None) -> None:
+        """Set mode and mtime by name after close (best effort).
+
+        Object-store mounts drop attributes set on a handle that is not yet
+        committed; a closed object takes them.
+        """
+        assert self.closed, "set_attrs() is for a closed file"
+        if mode is not None:
+            _best_effort(os.chmod, self.name, mode & 0o7777, dir_fd=self.dir_fd)
+        if mtime_ns is not None:
+            _best_effort(os.utime, self.name, ns=(mtime_ns, mtime_ns), dir_fd=self.dir_fd)
+
     def publish(self, target: str, *, target_dir_fd: int | None = None) -> None:
         """Rename the closed temp file over `target` (atomic where the filesystem is)."""
         assert self.closed, "publish() needs a closed file: closing is the commit"
+        assert not self.in_place, "an object written under its final name is kept, not renamed"
         os.replace(self.name, target, src_dir_fd=self.dir_fd, dst_dir_fd=target_dir_fd)
+        self.published = True
+
+    def keep(self) -> None:
+        """Keep a closed file written under its final name (no rename)."""
+        assert self.closed and self.in_place, "keep() is for a closed create_object() file"
         self.published = True
 
     def discard(self) -> None:
@@ -145,6 +168,20 @@ def create_temp(directory: str | None = None, *, dir_fd: int | None = None,
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     fd = os.open(name, flags, temp_mode(source_mode), dir_fd=dir_fd)
     return Staged(fd=fd, name=name, dir_fd=dir_fd)
+
+
+def create_object(path: str | os.PathLike[str], *, source_mode: int = 0o600,
+                  replace: bool = False) -> Staged:
+    """Create the file `path` to be written once and kept under that name.
+
+    For names that are unique already (a new object, a manifest with a new
+    sequence number). `replace` truncates a leftover of a killed run instead
+    of failing with EEXIST: such a leftover was never referenced.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    flags |= os.O_TRUNC if replace else os.O_EXCL
+    fd = os.open(path, flags, temp_mode(source_mode))
+    return Staged(fd=fd, name=os.fspath(path), dir_fd=None, in_place=True)
 
 
 @contextmanager

@@ -145,7 +145,7 @@ def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, 
                       _sig(st), raced=False, extra=extra)
     name = object_name(relpath, chain, len(lens), start, cut)
     os.lseek(fd, start, os.SEEK_SET)
-    with store.staged(st.st_mode) as tmp:
+    with store.staged(st.st_mode, name, unique=True) as tmp:
         n, digest = stream(fd, cut - start, tmp.write, src_name=src,
                            dst_name=f"{store.root}/{name}", hasher=h)
         if n != cut - start:

@@ -327,10 +327,13 @@ def snapshot_and_publish(store: Store, live: Path, relpath: str, opts: Options, 
     snapshot_ns = now if copied.published else extra_before.get("snapshot_ns", now)
     if not copied.published:
         mtime = extra_before.get("mtime_ns", mtime)
-    extra = {"object": object_name(relpath), "size": copied.size, "mtime_ns": mtime,
+    # a mount without rename stores each snapshot as a new unique object
+    obj = (copied.object if copied.published else extra_before.get("object")) \
+        or object_name(relpath)
+    extra = {"object": obj, "size": copied.size, "mtime_ns": mtime,
              "snapshot_ns": snapshot_ns, "_wal": wal, "_listed": listed}
     entry = Entry(relpath, "sqlite", copied.size, mtime, st.st_mode & 0o7777, copied.hash64,
-                  object=object_name(relpath), extra={"snapshot_ns": snapshot_ns})
+                  object=obj, extra={"snapshot_ns": snapshot_ns})
     if copied.published:
         log.info("sqlite.published path=%s object=%s bytes=%d", relpath, entry.object,
                  copied.size)

@@ -5,13 +5,24 @@ A `Store` is one adapter's durable directory: it publishes closed objects
 place), opens objects for reading without following symlinks, lists the
 manifest directory, and walks the tree only for restores of state written
 before manifests existed.  Restore, verify and GC go through this interface
-and never build durable paths themselves.  Errors become `DurableError`
-here, with the operation and the path.
+and never build durable paths themselves.
+
+Where the mount cannot rename (the probe says so: `configure`), a new version
+is written once under a new, unique name in ``.syncengine/objects/<path>/``
+and `publish` returns that name: the caller records it as the manifest
+entry's ``object``, so the previous version stays authoritative until the
+manifest naming the new one is complete.  Manifest objects, already uniquely
+named, are then written directly under their final name.  Where attributes
+set on an open handle are lost at commit, mode and mtime are set by name
+after close.  The fallbacks live here only: callers do not branch on them.
+Errors become `DurableError` here, with the operation and the path.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import secrets
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +35,7 @@ from syncengine.safepath import DirCache
 META_DIR = ".syncengine"
 STAGING_DIR = f"{META_DIR}/staging"
 MANIFEST_DIR = f"{META_DIR}/manifest"
+OBJECTS_DIR = f"{META_DIR}/objects"
 
 
 class Store:
@@ -34,6 +46,13 @@ class Store:
         self._staging = self.root / STAGING_DIR
         self._staging_ready = False
         self._reader: DirCache | None = None
+        self.rename_supported = True
+        self.attrs_after_close = False
+
+    def configure(self, *, rename_supported: bool, attrs_after_close: bool) -> None:
+        """Adopt what the mount probe found (see syncengine.probe)."""
+        self.rename_supported = rename_supported
+        self.attrs_after_close = attrs_after_close
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -48,21 +67,46 @@ class Store:
             self._staging_ready = True
 
     @contextmanager
-    def staged(self, source_mode: int = 0o600) -> Iterator[savefile.Staged]:
-        """A temp object in the staging directory; discarded unless published."""
-        self._ensure_staging()
+    def staged(self, source_mode: int = 0o600, relpath: str | None = None, *,
+               unique: bool = False) -> Iterator[savefile.Staged]:
+        """A new object for `relpath`, discarded unless published.
+
+        A temp file in the staging directory; without rename support, the new
+        unique object itself (`unique`: `relpath` is a unique name already).
+        """
+        if self.rename_supported or relpath is None:
+            self._ensure_staging()
+            where = self._staging
+            create = functools.partial(savefile.create_temp, os.fspath(self._staging))
+        else:
+            where = self.root / (relpath if unique else new_object_name(relpath))
+            create = functools.partial(_create_object, where)
         try:
-            tmp = savefile.create_temp(os.fspath(self._staging), source_mode=source_mode)
+            tmp = create(source_mode=source_mode)
         except OSError as exc:
-            raise durable_error("create a temp file in", self._staging, exc) from exc
+            raise durable_error("create a new object", where, exc) from exc
         try:
             yield tmp
         finally:
             if not tmp.published:
                 tmp.discard()
 
-    def publish(self, tmp: savefile.Staged, relpath: str) -> None:
-        """Rename a closed temp object to `relpath`, creating parent directories."""
+    def close(self, tmp: savefile.Staged, *, mode: int | None = None,
+              mtime_ns: int | None = None) -> None:
+        """Close (= commit on a mount) with mode and mtime; raise OSError."""
+        tmp.close(mode=mode, mtime_ns=mtime_ns)
+        if self.attrs_after_close:
+            tmp.set_attrs(mode=mode, mtime_ns=mtime_ns)
+
+    def publish(self, tmp: savefile.Staged, relpath: str) -> str | None:
+        """Make a closed object the new version of `relpath`.
+
+        Returns None when it was renamed to `relpath` itself, or the store
+        name of the unique object written instead (record it in the manifest).
+        """
+        if tmp.in_place:
+            tmp.keep()
+            return os.path.relpath(tmp.name, self.root)
         target = self.root / relpath
         try:
             try:
@@ -72,13 +116,14 @@ class Store:
                 tmp.publish(os.fspath(target))
         except OSError as exc:
             raise durable_error("publish", target, exc) from exc
+        return None
 
     def put_bytes(self, relpath: str, data: bytes, *, mode: int = 0o644) -> None:
-        """Publish `data` as one closed object at `relpath`."""
-        with self.staged(mode) as tmp:
+        """Publish `data` as one closed object at `relpath`, a name used once (manifests)."""
+        with self.staged(mode, relpath, unique=True) as tmp:
             try:
                 tmp.write(data)
-                tmp.close(mode=mode)
+                self.close(tmp, mode=mode)
             except OSError as exc:
                 raise durable_error("write", self.root / relpath, exc) from exc
             self.publish(tmp, relpath)
@@ -191,3 +236,21 @@ class Store:
                     stack.append(rel)
                 elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
                     yield rel, st
+
+
+def new_object_name(relpath: str) -> str:
+    """A new, unique store name for a version of `relpath` (no-rename mounts).
+
+    Each object is a leaf named by a random token in a directory named after
+    the path, in a tree of its own: never a sibling of a published file, and
+    never a string prefix of another object (hf-mount's phantom directories).
+    """
+    return f"{OBJECTS_DIR}/{relpath}/{secrets.token_hex(8)}"
+
+
+def _create_object(path: Path, *, source_mode: int) -> savefile.Staged:
+    try:
+        return savefile.create_object(path, source_mode=source_mode, replace=True)
+    except FileNotFoundError:
+        os.makedirs(path.parent, mode=0o755, exist_ok=True)
+        return savefile.create_object(path, source_mode=source_mode, replace=True)

@@ -4,12 +4,24 @@
 ``data/`` (DATA_DIR, the durable root) and the default state dir under
 ``local/.syncengine``.  `cli` runs the real ``syncengine`` command in a child
 process with that environment; `engine` builds an in-process Engine from the
-same configuration.  Tests that need the bucket-like FUSE mount use the
-`bucket` fixture from tests/bucket_mount.py.
+same configuration.
+
+Every test that uses `tree` (directly or through `cli`/`engine`) runs twice:
+``[dir]`` with ``data/`` a plain directory, and ``[bucket]`` with ``data/`` the
+mountpoint of the fusebucket emulator (tests/bucket_mount.py) over
+``bucket/``, so what the engine does is checked against a mount that behaves
+like the bucket.  `tree.backing` is where the durable bytes really land (the
+bucket; ``data/`` itself for ``dir``): inspect it, not the mount, when a test
+must not cause mount operations.  ``tree.mount.stats()`` counts operations.
+A test that is about local behaviour only, or cannot work on a FUSE mount
+(a bind mount of ``data/``), is marked ``@pytest.mark.dir_only("reason")``
+and runs once.  The ``[bucket]`` runs skip, with the reason, where FUSE is
+unavailable.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -22,7 +34,14 @@ import attrs
 import pytest
 
 from syncengine import Engine, config_from_dict
+from tests import bucket_mount
+from tests.bucket_mount import BucketMount, fuse_available
+from tests.helpers import snapshot
 
+bucket = bucket_mount.bucket  # fixtures for the emulator tests
+bucket_factory = bucket_mount.bucket_factory
+
+DURABLE_KINDS = ("dir", "bucket")
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -33,6 +52,25 @@ class Tree:
     base: Path
     local: Path
     data: Path
+    kind: str = "dir"
+    backing: Path = attrs.field(default=attrs.Factory(lambda self: self.data, takes_self=True))
+    mount: BucketMount | None = None
+
+    def ops(self) -> dict[str, int]:
+        """Operation counts on the durable mount so far ({} for a plain directory)."""
+        return self.mount.stats() if self.mount is not None else {}
+
+    @contextlib.contextmanager
+    def no_durable_ops(self, allow: tuple[str, ...] = ()) -> Iterator[None]:
+        """Assert the body does nothing durable: no change in the bucket, no mount operation.
+
+        `allow`: operation kinds that may happen (e.g. "getattr"), still without a write.
+        """
+        before, ops = snapshot(self.backing), self.ops()
+        yield
+        assert snapshot(self.backing) == before, "the durable tree changed"
+        done = {k: n for k, n in _diff(ops, self.ops()).items() if k not in allow}
+        assert not done, f"operations on the mount: {done}"
 
     @property
     def state(self) -> Path:
@@ -60,12 +98,47 @@ class Tree:
         return path
 
 
+def _diff(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    return {k: after.get(k, 0) - before.get(k, 0) for k in sorted(set(before) | set(after))
+            if after.get(k, 0) != before.get(k, 0)}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "dir_only(reason): run with a plain-directory durable root only (not on the "
+        "bucket emulator); say why")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test using `tree` against each durable kind (dir_only: the directory)."""
+    if "durable_kind" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("dir_only")
+    if marker is not None and not (marker.args or marker.kwargs.get("reason")):
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: dir_only needs a reason")
+    kinds = ["dir"] if marker is not None else list(DURABLE_KINDS)
+    metafunc.parametrize("durable_kind", kinds, indirect=True)
+
+
 @pytest.fixture
-def tree(tmp_path: Path) -> Tree:
-    t = Tree(tmp_path, tmp_path / "local", tmp_path / "data")
-    t.local.mkdir()
-    t.data.mkdir()
-    return t
+def durable_kind(request: pytest.FixtureRequest) -> str:
+    """"dir" or "bucket": what `tree.data` is (parametrized by pytest_generate_tests)."""
+    return str(getattr(request, "param", "dir"))
+
+
+@pytest.fixture
+def tree(tmp_path: Path, durable_kind: str) -> Iterator[Tree]:
+    local, data = tmp_path / "local", tmp_path / "data"
+    local.mkdir()
+    data.mkdir()
+    if durable_kind == "dir":
+        yield Tree(tmp_path, local, data)
+        return
+    ok, reason = fuse_available()
+    if not ok:
+        pytest.skip(f"bucket emulator: {reason}")
+    with BucketMount(tmp_path / "bucket", data, stats=True) as mount:
+        yield Tree(tmp_path, local, data, kind="bucket", backing=mount.backing, mount=mount)
 
 
 CliRunner = Callable[..., subprocess.CompletedProcess[str]]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
+import tempfile
 import time
 from contextlib import closing
 from pathlib import Path
@@ -50,9 +52,11 @@ def _old_layout(tree: Tree) -> None:
 
 
 def _raw_wal_db(path: Path) -> None:
-    """A WAL-mode database whose -wal holds the data, as a file copy caught it."""
-    scratch = path.parent / "scratch"
-    scratch.mkdir()
+    """A WAL-mode database whose -wal holds the data, as a file copy caught it.
+
+    Built on local disk (SQLite cannot run on the bucket mount), then copied in.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="rawdb-"))
     db = scratch / "opencode.db"
     with closing(sqlite3.connect(db)) as conn:
         conn.execute("pragma journal_mode=wal")
@@ -64,9 +68,7 @@ def _raw_wal_db(path: Path) -> None:
         for suffix in ("", "-wal"):  # copied while the connection is open
             (path.parent / f"opencode.db{suffix}").write_bytes(
                 (scratch / f"opencode.db{suffix}").read_bytes())
-    for p in scratch.iterdir():
-        p.unlink()
-    scratch.rmdir()
+    shutil.rmtree(scratch)
 
 
 def test_old_layout_migrates_restores_and_checkpoints(tree: Tree, cli: CliRunner) -> None:
@@ -138,6 +140,8 @@ def test_old_layout_migrates_restores_and_checkpoints(tree: Tree, cli: CliRunner
     assert "nothing to do (already migrated)" in third.stdout
 
 
+@pytest.mark.dir_only("a writer's uncommitted bytes on the bucket mount cannot be read by "
+                      "another process (hf-mount serves committed objects only)")
 def test_open_rollout_is_preserved_through_migration(tree: Tree, cli: CliRunner) -> None:
     _old_layout(tree)
     live_path = tree.local / "codex-home/sessions/2026/11/29/rollout-live.jsonl"

@@ -1,0 +1,283 @@
+"""What the durable root supports, found by trying it; and whether it is there at all.
+
+Owns the mount probe and the durable-root health check.  The probe runs in a
+scratch directory of its own (``<durable_root>/.syncengine-probe/``, removed
+afterwards) at the start of a run that will write, never on an idle pass, and
+its result is cached in ``state_dir/probe/<hash of the root>.json`` for as long
+as the same mount (per ``/proc/self/mountinfo``, read locally) holds the root.
+It answers: can a closed file be renamed over an existing name, and is the new
+content visible at once under it; do mode and mtime set on an open handle
+survive its commit, and can they be set by name afterwards; is an append to an
+existing file refused (EPERM: an object-store mount in streaming mode).
+
+The health check turns a durable root that is missing, not a mount point
+where one is required (``require_mount``), no longer the mount it was when
+probed, or a dead FUSE mount (ENOTCONN) into a `DurableError`, so a restore
+never mistakes an absent bucket for an empty one.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import secrets
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import xxhash
+
+from syncengine import savefile
+from syncengine.errors import DurableError, durable_error
+
+SCRATCH = ".syncengine-probe"
+NO_RENAME_ERRNOS = (errno.EXDEV, errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP,
+                    errno.EACCES)
+_MTIME = 1_600_000_000_123_456_789  # an unmistakable mtime to set and read back
+
+
+@attrs.frozen
+class MountInfo:
+    """The mount holding a path, from /proc/self/mountinfo."""
+
+    mount_id: int
+    mount_point: str
+    fstype: str
+    source: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.mount_id}:{self.fstype}:{self.source}"
+
+
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+
+
+def mount_of(path: str | os.PathLike[str]) -> MountInfo | None:
+    """The mount whose mount point is the longest prefix of `path` (no syscall on `path`)."""
+    target = os.path.abspath(path)
+    best: MountInfo | None = None
+    try:
+        with open("/proc/self/mountinfo") as f:
+            lines = f.readlines()
+    except OSError:
+        return None
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 2:
+            continue
+        point = _unescape(fields[4])
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best.mount_point)):
+            best = MountInfo(int(fields[0]), point, tail[0], _unescape(tail[1]))
+    return best
+
+
+def is_mountpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` itself is a mount point (true for a dead FUSE mount too)."""
+    info = mount_of(path)
+    return info is not None and info.mount_point == os.path.abspath(path)
+
+
+@attrs.frozen
+class Capabilities:
+    """What the probe found (the defaults are a POSIX disk's)."""
+
+    rename: bool = True
+    rename_error: str | None = None
+    rename_visible: bool = True
+    attrs_on_handle: bool = True
+    set_mtime: bool = True
+    set_mode: bool = True
+    append_refused: bool = False
+    mounted: bool = False
+    mount: str = ""
+    fstype: str = ""
+    probed_ns: int = 0
+
+    @property
+    def rename_supported(self) -> bool:
+        """Publishing by rename is safe: it works and shows the new content at once."""
+        return self.rename and self.rename_visible
+
+    @property
+    def attrs_after_close(self) -> bool:
+        """Mode and mtime must be set by name after the commit."""
+        return not self.attrs_on_handle and (self.set_mtime or self.set_mode)
+
+    def describe(self) -> str:
+        parts = ["rename: yes" if self.rename_supported else
+                 f"rename: no ({self.rename_error or 'new name not visible at once'}); "
+                 "publishing new objects and switching the manifest"]
+        parts.append(f"mtime: {'yes' if self.set_mtime else 'no'}")
+        parts.append(f"mode: {'yes' if self.set_mode else 'no'}")
+        if not self.attrs_on_handle:
+            parts.append("attributes set after close")
+        parts.append("appends refused (object-store streaming mode)" if self.append_refused
+                     else "appends allowed")
+        return "; ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Capabilities | None:
+        fields = {a.name for a in attrs.fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in fields})
+        except TypeError:
+            return None
+
+
+def cache_path(state_dir: Path, durable_root: Path) -> Path:
+    digest = xxhash.xxh3_64_hexdigest(os.fsencode(os.path.abspath(durable_root)))
+    return state_dir / "probe" / f"{digest}.json"
+
+
+def read_cache(state_dir: Path, durable_root: Path) -> dict[str, Any] | None:
+    try:
+        with open(cache_path(state_dir, durable_root), "rb") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def check_root(root: Path, *, require_mount: bool, state_dir: Path | None = None) -> None:
+    """Raise DurableError unless the durable root is there, mounted as expected, and alive."""
+    mounted = is_mountpoint(root)
+    if require_mount and not mounted:
+        raise DurableError(
+            f"durable root {root} is not a mount point (require_mount = true): the bucket is "
+            "not mounted; mount it, or set require_mount = false for a plain directory")
+    cached = read_cache(state_dir, root) if state_dir is not None else None
+    if cached and cached.get("mounted") and not mounted:
+        raise DurableError(
+            f"durable root {root} was a mount point ({cached.get('fstype')}) when probed, and is "
+            "not one now: the bucket is not mounted; remount it before checkpoint or restore")
+    try:
+        st = os.stat(root)
+    except FileNotFoundError as exc:
+        raise DurableError(f"durable root {root} does not exist: mount it, or set "
+                           "durable_root (DATA_DIR) to the checkpoint location") from exc
+    except OSError as exc:
+        raise durable_error("stat durable root", root, exc) from exc
+    if not stat.S_ISDIR(st.st_mode):
+        raise DurableError(f"durable root {root} is not a directory")
+
+
+def capabilities(root: Path, state_dir: Path) -> Capabilities:
+    """The cached probe result for `root` if the same mount still holds it, else a new probe."""
+    info = mount_of(root)
+    key = info.key if info else ""
+    cached = read_cache(state_dir, root)
+    if cached and cached.get("mount_key") == key and cached.get("root") == str(root):
+        known = Capabilities.from_json(cached)
+        if known is not None:
+            return known
+    caps = probe(root)
+    data = {**caps.to_json(), "root": str(root), "mount_key": key}
+    try:
+        savefile.write_file(cache_path(state_dir, root), json.dumps(data).encode(), mode=0o600,
+                            fsync=False)
+    except OSError:
+        pass  # a cache: probing again next run is the only cost
+    return caps
+
+
+def probe(root: Path) -> Capabilities:
+    """Try rename, attributes and append in a scratch directory under `root`; clean up."""
+    info = mount_of(root)
+    scratch = root / SCRATCH
+    token = secrets.token_hex(6)
+    a, b = scratch / f"{token}-a", scratch / f"{token}-b"
+    try:
+        os.makedirs(scratch, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise durable_error("create probe directory", scratch, exc) from exc
+    found: dict[str, Any] = {}
+    try:
+        _write(a, b"first", attrs_on_handle=False)
+        found["attrs_on_handle"] = _write(b, b"second", attrs_on_handle=True)
+        found.update(_try_rename(b, a))
+        target = a if found["rename"] else b
+        found["set_mtime"] = _try(lambda: os.utime(target, ns=(_MTIME, _MTIME))) and \
+            os.stat(target).st_mtime_ns == _MTIME
+        found["set_mode"] = _try(lambda: os.chmod(target, 0o640)) and \
+            stat.S_IMODE(os.stat(target).st_mode) == 0o640
+        found["append_refused"] = _append_refused(target)
+    except OSError as exc:
+        raise durable_error("probe", scratch, exc) from exc
+    finally:
+        _clean(scratch, (a, b))
+    return Capabilities(mounted=info is not None and info.mount_point == os.path.abspath(root),
+                        mount=info.mount_point if info else "", fstype=info.fstype if info else "",
+                        probed_ns=time.time_ns(), **found)
+
+
+def _write(path: Path, data: bytes, *, attrs_on_handle: bool) -> bool:
+    """Write and close a file; with attrs_on_handle, say whether fd-set mode/mtime survived."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+        if attrs_on_handle:
+            _try(lambda: os.fchmod(fd, 0o604))
+            _try(lambda: os.utime(fd, ns=(_MTIME, _MTIME)))
+    finally:
+        os.close(fd)
+    if not attrs_on_handle:
+        return True
+    st = os.stat(path)
+    return st.st_mtime_ns == _MTIME and stat.S_IMODE(st.st_mode) == 0o604
+
+
+def _try_rename(src: Path, dst: Path) -> dict[str, Any]:
+    try:
+        os.replace(src, dst)
+    except OSError as exc:
+        if exc.errno in NO_RENAME_ERRNOS:
+            return {"rename": False, "rename_visible": False,
+                    "rename_error": errno.errorcode.get(exc.errno or 0, str(exc.errno))}
+        raise
+    with open(dst, "rb") as f:
+        visible = f.read() == b"second"
+    return {"rename": True, "rename_visible": visible and not os.path.lexists(src)}
+
+
+def _try(call: Any) -> bool:
+    try:
+        call()
+    except OSError as exc:
+        if exc.errno in (errno.ENOTCONN, errno.EIO):
+            raise
+        return False
+    return True
+
+
+def _append_refused(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EACCES):
+            return True
+        raise
+    os.close(fd)
+    return False
+
+
+def _clean(scratch: Path, paths: tuple[Path, ...]) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    try:
+        os.rmdir(scratch)
+    except OSError:
+        pass  # another probe's files, or the mount is gone: harmless

@@ -1,0 +1,376 @@
+"""Crash matrix: SIGKILL a checkpoint (or the mount under it) at random points, then check.
+
+Each batch mounts the fusebucket emulator once in one mode (kill mode commit
+or discard, rename or no rename) and repeats: change the live tree (large and
+small files rewritten, a transcript appended, a file shrunk), start
+``python -m syncengine checkpoint`` as a child, SIGKILL it after a random
+delay drawn from the measured duration of an unkilled checkpoint, then check:
+
+- every durable file the reader can reach (rename mode: each file at its
+  path; no-rename mode: each object a manifest entry names) is one complete
+  version of that file as the test wrote it, never a prefix; with no rename,
+  each object also matches its entry's hash exactly;
+- every manifest object decodes, or the reader reports it and skips it;
+- a following checkpoint completes, and a restore into an empty live tree
+  succeeds and equals the live tree that checkpoint saw.
+
+One batch kills the FUSE daemon itself instead (pending writes are lost, the
+child gets ENOTCONN) and remounts the same bucket afterwards.  The counts of
+kill points and failures are printed and written to crash-matrix.json in the
+test's tmp dir; with SYNCENGINE_RECORD_RESULTS=1 they are also appended to
+benchmarks/RESULTS.md.  If syncengine/sqlite.py exists (the SQLite work), a
+live database is part of the tree and every restored copy must pass
+``PRAGMA quick_check``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import xxhash
+
+from syncengine import Engine, config_from_dict, manifest
+from syncengine.store import Store
+from tests.bucket_mount import BucketMount, fuse_available
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow  # mounts the emulator itself, once per batch and mode
+
+LIVE = "crash-live"
+DUR = "state/crash"
+HAS_SQLITE = (REPO / "syncengine" / "sqlite.py").exists()
+# (name, BucketMount options, kill points, kill the daemon instead of the checkpoint)
+BATCHES: list[tuple[str, dict[str, Any], int, bool]] = [
+    ("commit", {"kill_mode": "commit"}, 60, False),
+    ("discard", {"kill_mode": "discard"}, 45, False),
+    ("commit-no-rename", {"kill_mode": "commit", "rename": False}, 45, False),
+    ("discard-no-rename", {"kill_mode": "discard", "rename": False, "rename_errno": "ENOSYS"},
+     25, False),
+    ("daemon-killed", {"kill_mode": "commit"}, 30, True),
+]
+TIME_BUDGET_S = 240.0
+
+
+def _h(data: bytes) -> int:
+    return int(xxhash.xxh3_64_intdigest(data))
+
+
+class LiveTree:
+    """The live tree and every complete version of each file ever written."""
+
+    def __init__(self, root: Path, rng: random.Random) -> None:
+        self.root = root
+        self.rng = rng
+        self.versions: dict[str, set[int]] = {}
+        self.round = 0
+
+    def put(self, rel: str, data: bytes) -> None:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        self.versions.setdefault(rel, set()).add(_h(data))
+
+    def body(self, rel: str, size: int) -> bytes:
+        head = f"{rel} round={self.round} len={size}\n".encode()
+        return head + self.rng.randbytes(max(0, size - len(head)))
+
+    def populate(self) -> None:
+        for i in range(24):
+            self.put(f"small/{i:02d}.json", self.body(f"small/{i}", self.rng.randint(50, 8000)))
+        for i in range(3):
+            self.put(f"large/{i}.bin", self.body(f"large/{i}", self.rng.randint(2, 5) << 20))
+        self.put("sessions/transcript.jsonl", b"")
+        self.mutate()
+
+    def mutate(self) -> None:
+        self.round += 1
+        for i in self.rng.sample(range(24), 5):
+            self.put(f"small/{i:02d}.json", self.body(f"small/{i}", self.rng.randint(50, 8000)))
+        i = self.rng.randrange(3)
+        self.put(f"large/{i}.bin", self.body(f"large/{i}", self.rng.randint(1, 5) << 20))
+        transcript = self.root / "sessions/transcript.jsonl"
+        lines = b"".join(json.dumps({"round": self.round, "n": n, "text": "x" * 60}).encode()
+                         + b"\n" for n in range(self.rng.randint(20, 400)))
+        self.put("sessions/transcript.jsonl", transcript.read_bytes() + lines)
+        if self.rng.random() < 0.2:  # a file that shrinks (Codex trims history.jsonl)
+            self.put("small/00.json", b"trimmed\n")
+
+    def snapshot(self) -> dict[str, bytes]:
+        out = {}
+        for path in self.root.rglob("*"):
+            if path.is_file() and ".syncengine" not in path.parts:
+                out[str(path.relative_to(self.root))] = path.read_bytes()
+        return out
+
+
+class Matrix:
+    """Runs the kill points of one batch and records what went wrong."""
+
+    def __init__(self, base: Path, rng: random.Random) -> None:
+        self.base = base
+        self.rng = rng
+        self.failures: list[str] = []
+        self.kill_points = 0
+        self.completed_before_kill = 0
+        self.checks = 0
+
+    def raw(self, local: Path, data: Path, state: Path) -> dict[str, Any]:
+        adapter: dict[str, Any] = {"name": "crash", "live": LIVE, "durable": DUR}
+        if HAS_SQLITE:
+            adapter["sqlite"] = ["db/state.sqlite"]
+        return {"local_root": str(local), "durable_root": str(data), "state_dir": str(state),
+                "adapters": [], "adapter": [adapter], "jobs": 4}
+
+    def config_file(self, local: Path, data: Path, state: Path) -> Path:
+        path = self.base / "crash.toml"
+        raw = self.raw(local, data, state)
+        adapter = raw.pop("adapter")[0]
+        lines = [f"{k} = {json.dumps(v)}" for k, v in raw.items()]
+        lines.append("[[adapter]]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in adapter.items()]
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def fail(self, where: str, what: str) -> None:
+        self.failures.append(f"{where}: {what}")
+
+    def check_durable(self, backing: Path, live: LiveTree, where: str, no_rename: bool) -> None:
+        """Complete versions only, manifest objects decode or are skipped."""
+        self.checks += 1
+        store_dir = backing / DUR
+        if not store_dir.exists():
+            return
+        store = Store(store_dir)
+        try:
+            state = manifest.load(store)
+        except Exception as exc:
+            self.fail(where, f"manifest.load raised {exc!r}")
+            return
+        skipped = " ".join(state.problems)
+        for _seq, _kind, name in manifest.list_objects(store):
+            data = (store_dir / manifest.MANIFEST_DIR / name).read_bytes()
+            try:
+                manifest.decode(data)
+            except (ValueError, KeyError) as exc:
+                if name not in skipped and _seq > state.base_seq:
+                    self.fail(where, f"undecodable manifest {name} not reported ({exc})")
+        for entry in state.entries.values():
+            if entry.kind == "sqlite":
+                self.check_snapshot(store_dir / entry.location, where)
+            if entry.kind != "file":
+                continue
+            path = store_dir / entry.location
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                self.fail(where, f"{entry.path}: manifest names missing {entry.location}")
+                continue
+            if _h(data) not in live.versions.get(entry.path, set()):
+                self.fail(where, f"{entry.path}: {entry.location} is not a complete version "
+                                 f"({len(data)} bytes)")
+            elif no_rename and entry.hash is not None and _h(data) != entry.hash:
+                self.fail(where, f"{entry.path}: object differs from its manifest entry")
+        if not no_rename:
+            for path in store_dir.rglob("*"):
+                rel = str(path.relative_to(store_dir))
+                if not path.is_file() or rel.startswith(".syncengine"):
+                    continue
+                if rel.startswith("checkpoints/"):  # a SQLite snapshot, whole and valid
+                    self.check_snapshot(path, where)
+                elif _h(path.read_bytes()) not in live.versions.get(rel, set()):
+                    self.fail(where, f"{rel}: durable file is a prefix or garbage")
+
+    def check_snapshot(self, path: Path, where: str) -> None:
+        """A published SQLite snapshot passes quick_check (on a local copy, never in place)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            local = Path(tmp) / "snap.db"
+            try:
+                shutil.copyfile(path, local)
+            except FileNotFoundError:
+                self.fail(where, f"{path.name}: the manifest names a missing snapshot")
+                return
+            conn = sqlite3.connect(f"file:{local}?mode=ro", uri=True)
+            try:
+                ok = conn.execute("PRAGMA quick_check").fetchone()[0]
+            except sqlite3.DatabaseError as exc:
+                ok = str(exc)
+            finally:
+                conn.close()
+        if ok != "ok":
+            self.fail(where, f"{path}: SQLite snapshot fails quick_check ({ok})")
+
+    def follow_up(self, mount: BucketMount, live: LiveTree, state_dir: Path, where: str,
+                  n: int) -> None:
+        """A following checkpoint completes; a restore into an empty tree matches it."""
+        local = live.root.parent
+        eng = Engine(config_from_dict(self.raw(local, mount.mountpoint, state_dir), env={}))
+        report = eng.checkpoint()
+        if not report.ok:
+            self.fail(where, f"following checkpoint failed: {[a.fatal for a in report.adapters]}"
+                             f" {[str(e) for e in report.errors]}")
+            return
+        expected = live.snapshot()
+        target = self.base / f"restore-{n}"
+        cfg = self.raw(target, mount.mountpoint, target / ".state")
+        rep = Engine(config_from_dict(cfg, env={})).restore()
+        if not rep.ok:
+            self.fail(where, f"restore failed: {[a.fatal for a in rep.adapters]} "
+                             f"{[str(e) for e in rep.errors]}")
+            return
+        got = LiveTree(target / LIVE, self.rng).snapshot()
+        got = {k: v for k, v in got.items() if not k.startswith("db/")}
+        expected = {k: v for k, v in expected.items() if not k.startswith("db/")}
+        if got != expected:
+            diff = sorted(set(got) ^ set(expected)) or [
+                k for k in got if got[k] != expected[k]]
+            self.fail(where, f"restore differs from the last checkpoint: {diff[:5]}")
+        if HAS_SQLITE:
+            db = target / LIVE / "db/state.sqlite"
+            with sqlite3.connect(db) as conn:
+                ok = conn.execute("PRAGMA quick_check").fetchone()[0]
+            conn.close()
+            if ok != "ok":
+                self.fail(where, f"restored SQLite fails quick_check: {ok}")
+        shutil.rmtree(target)
+
+
+def _start_checkpoint(config: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCENGINE")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return subprocess.Popen([sys.executable, "-m", "syncengine", "--config", str(config), "-q",
+                             "checkpoint"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def _sqlite_writer(live: Path) -> Callable[[int], None]:
+    db = live / "db/state.sqlite"
+    db.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(round_: int) -> None:
+        with sqlite3.connect(db) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("CREATE TABLE IF NOT EXISTS t (round INTEGER, body TEXT)")
+            conn.executemany("INSERT INTO t VALUES (?, ?)",
+                             [(round_, "y" * 200) for _ in range(50)])
+        conn.close()
+
+    return write
+
+
+def test_crash_matrix(tmp_path: Path) -> None:
+    ok, reason = fuse_available()
+    if not ok:
+        pytest.skip(f"bucket emulator: {reason}")
+    rng = random.Random(int(os.environ.get("SYNCENGINE_CRASH_SEED", "20261129")))
+    matrix = Matrix(tmp_path, rng)
+    started = time.monotonic()
+    per_batch: dict[str, dict[str, int]] = {}
+    for bi, (name, options, points, kill_daemon) in enumerate(BATCHES):
+        if time.monotonic() - started > TIME_BUDGET_S:
+            matrix.fail(name, "not run: the time budget was used up")
+            continue
+        before = (matrix.kill_points, len(matrix.failures))
+        _run_batch(matrix, tmp_path / f"b{bi}", name, options, points, kill_daemon, rng)
+        per_batch[name] = {"kill_points": matrix.kill_points - before[0],
+                           "failures": len(matrix.failures) - before[1]}
+    result = {
+        "kill_points": matrix.kill_points, "failures": len(matrix.failures),
+        "checks": matrix.checks, "finished_before_kill": matrix.completed_before_kill,
+        "batches": per_batch, "sqlite": HAS_SQLITE,
+        "seconds": round(time.monotonic() - started, 1), "failure_list": matrix.failures[:50],
+    }
+    (tmp_path / "crash-matrix.json").write_text(json.dumps(result, indent=2))
+    print(f"\ncrash matrix: {json.dumps(result)}")
+    if os.environ.get("SYNCENGINE_RECORD_RESULTS") == "1":
+        _record(result)
+    assert matrix.kill_points >= 200, "too few checkpoints were still running when killed"
+    assert not matrix.failures, "\n".join(matrix.failures[:20])
+
+
+def _run_batch(matrix: Matrix, base: Path, name: str, options: dict[str, Any], points: int,
+               kill_daemon: bool, rng: random.Random) -> None:
+    backing, mnt, local, state = base / "bucket", base / "mnt", base / "local", base / "state"
+    live = LiveTree(local / LIVE, rng)
+    live.populate()
+    db_write = _sqlite_writer(live.root) if HAS_SQLITE else None
+    no_rename = options.get("rename") is False
+    mount = BucketMount(backing, mnt, **options).mount()
+    config = matrix.config_file(local, mnt, state)
+    try:
+        # measure unkilled checkpoints (the first one also probes the mount): kill delays are
+        # drawn from their duration
+        durations = []
+        for _ in range(4):
+            live.mutate()
+            if db_write:
+                db_write(live.round)
+            t0 = time.monotonic()
+            proc = _start_checkpoint(config)
+            if proc.wait(timeout=120) != 0:
+                matrix.fail(name, "an unkilled checkpoint failed")
+            durations.append(time.monotonic() - t0)
+        typical = sorted(durations[1:])[1]
+        kills = n = 0
+        while kills < points and n < 3 * points:
+            n += 1
+            where = f"{name}#{n}"
+            live.mutate()
+            if db_write:
+                db_write(live.round)
+            proc = _start_checkpoint(config)
+            time.sleep(rng.uniform(0.1, typical))
+            running = proc.poll() is None
+            kills += running
+            matrix.kill_points += running
+            matrix.completed_before_kill += not running
+            if kill_daemon:
+                mount.kill()
+                proc.wait(timeout=60)
+                mount.unmount()
+                matrix.check_durable(backing, live, where, no_rename)
+                mount = BucketMount(backing, mnt, **options).mount()
+            else:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=60)
+                matrix.check_durable(backing, live, where, no_rename)
+            if n % 3 == 0 or kills == points:  # follow-up and restore (costly): every third
+                matrix.follow_up(mount, live, state, where, n)
+                matrix.check_durable(backing, live, where + "+", no_rename)
+    finally:
+        mount.unmount()
+
+
+def _record(result: dict[str, Any]) -> None:
+    path = REPO / "benchmarks" / "RESULTS.md"
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    rows = "\n".join(f"| {name} | {b['kill_points']} | {b['failures']} |"
+                     for name, b in result["batches"].items())
+    section = (
+        f"\n## Crash matrix\n\n`SYNCENGINE_RECORD_RESULTS=1 python -m pytest -q -s "
+        f"tests/test_crash_matrix.py` ({time.strftime('%Y-%m-%d')}, {result['seconds']} s, "
+        f"SQLite in the tree: {'yes' if result['sqlite'] else 'no (syncengine/sqlite.py absent)'}"
+        f")\n\n| batch | kill points | failures |\n|---|---|---|\n{rows}\n"
+        f"| **total** | **{result['kill_points']}** | **{result['failures']}** |\n\n"
+        f"{result['finished_before_kill']} of the checkpoints had already finished when the "
+        f"kill came; {result['checks']} durable-state checks.\n")
+    marker = "\n## Crash matrix\n"
+    if marker in text:
+        head, _, rest = text.partition(marker)
+        nxt = rest.find("\n## ")
+        text = head + section + (rest[nxt:] if nxt >= 0 else "")
+    else:
+        text = text.rstrip("\n") + "\n" + section
+    path.write_text(text)
