@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -156,3 +158,37 @@ def test_capabilities_round_trip() -> None:
     caps = Capabilities(rename=False, rename_error="EXDEV", rename_visible=False)
     assert Capabilities.from_json(caps.to_json()) == caps
     assert Capabilities.from_json({"rename": 1, "bogus": 2}) is not None
+
+
+def test_no_rename_mount_holds_segments_sqlite_snapshots_and_journal(
+        tree: Tree, cli: CliRunner, bucket_factory: Factory) -> None:
+    """Every writer publishes without rename: log segments, snapshots, prompts."""
+    import sqlite3
+    from contextlib import closing
+
+    mount = bucket_factory(rename=False, rename_errno="EXDEV", stats=True)
+    env = _env(tree, mount.mountpoint)
+    rollout = tree.write("codex-home/sessions/2026/11/29/rollout-a.jsonl", '{"n": 1}\n')
+    db = tree.local / "codex-home/goals_1.sqlite"
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("pragma journal_mode=wal")
+        conn.execute("create table g (id)")
+        conn.executemany("insert into g values (?)", [(i,) for i in range(10)])
+        conn.commit()
+    cli("checkpoint", "codex", env=env, check=0)
+    with rollout.open("a") as f:
+        f.write('{"n": 2}\n')
+    cli("checkpoint", "codex", env=env, check=0)
+    out = subprocess.run([sys.executable, "-m", "syncengine", "journal", "record", "--session",
+                          "s1"], input=b"a prompt", env=env, capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert mount.stats().get("rename", 0) == mount.stats().get("rename.EXDEV", 0) == 1
+    shutil.rmtree(tree.local)
+    cli("restore", "codex", env=env, check=0)
+    assert (tree.local / "codex-home/sessions/2026/11/29/rollout-a.jsonl").read_text() == (
+        '{"n": 1}\n{"n": 2}\n')
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        assert conn.execute("select count(*) from g").fetchone() == (10,)
+    exported = subprocess.run([sys.executable, "-m", "syncengine", "journal", "export",
+                               "--session", "s1"], env=env, capture_output=True, timeout=60)
+    assert exported.returncode == 0 and b"a prompt" in exported.stdout
