@@ -8,7 +8,6 @@ and return a frozen `Report`.  Configuration arrives as a `Config` (from
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import attrs
 
-from syncengine import checkpoint, probe, restore, savefile, segments, sqlite
+from syncengine import checkpoint, probe, restore, segments, sqlite, status
 from syncengine.checkpoint import AdapterState
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.errors import ConfigError, DurableError, LockBusy
@@ -87,10 +86,7 @@ class Engine:
 
     # -- paths under state_dir -------------------------------------------
     def _index_path(self, name: str) -> Path:
-        return self.config.state_dir / "index" / f"{name}.idx"
-
-    def _status_path(self, name: str) -> Path:
-        return self.config.state_dir / "status" / f"{name}.json"
+        return status.index_path(self.config.state_dir, name)
 
     def _state(self, spec: AdapterSpec) -> AdapterState:
         index = self._indexes.get(spec.name)
@@ -354,71 +350,14 @@ class Engine:
 
     # -- status ----------------------------------------------------------
     def _write_status(self, report: Report) -> None:
-        for rep in report.adapters:
-            path = self._status_path(rep.name)
-            old = _read_json(path)
-            now = report.started_ns
-            status = {
-                "adapter": rep.name,
-                "last_attempt_ns": now,
-                "last_checkpoint_ns": now if rep.ok else old.get("last_checkpoint_ns"),
-                "last_files": rep.files,
-                "last_bytes": rep.bytes,
-                "total_files": int(old.get("total_files", 0)) + rep.files,
-                "total_bytes": int(old.get("total_bytes", 0)) + rep.bytes,
-                "errors": [str(e) for e in rep.errors][:20],
-                "last_error": rep.fatal or (str(rep.errors[0]) if rep.errors else
-                                            (old.get("last_error") if not rep.ok else None)),
-            }
-            savefile.write_file(path, json.dumps(status).encode(), mode=0o600, fsync=False)
+        status.write_checkpoint(self.config.state_dir, report)
 
     def _write_restore_status(self, report: Report) -> None:
-        data = {"complete": report.ok, "finished_ns": self.clock(),
-                "errors": [str(e) for e in report.errors][:50],
-                "fatal": [f"{a.name}: {a.fatal}" for a in report.adapters if a.fatal]}
-        savefile.write_file(self.config.state_dir / "restore.json", json.dumps(data).encode(),
-                            mode=0o600, fsync=True)
+        status.write_restore(self.config.state_dir, report, self.clock())
 
     def status(self) -> dict[str, Any]:
         """Effective configuration with sources, and per-adapter state (local files only)."""
-        cfg = self.config
-        daemon = _daemon_status(cfg.state_dir / "daemon.json")
-        pending = daemon.get("pending", {}) if daemon.get("running") else {}
-        now = self.clock()
-        adapters = []
-        for spec in cfg.adapters:
-            st = _read_json(self._status_path(spec.name))
-            idx = Index.load(self._index_path(spec.name))
-            last = st.get("last_checkpoint_ns")
-            adapters.append({
-                "loss_window_s": round((now - last) / 1e9, 3) if last else None,
-                "pending": pending.get(spec.name, 0) if daemon.get("running") else None,
-                "name": spec.name, "live": str(spec.live), "durable": str(spec.durable),
-                "origin": spec.origin, "exclude": list(self._matchers[spec.name].patterns),
-                "live_exists": spec.live.is_dir(),
-                "indexed_files": len(idx) if idx is not None else 0,
-                "databases": _databases(idx) if idx is not None else [],
-                **{k: v for k, v in st.items() if k != "adapter"},
-            })
-        return {
-            "config": {
-                "local_root": [str(cfg.local_root), cfg.sources.get("local_root")],
-                "durable_root": [str(cfg.durable_root), cfg.sources.get("durable_root")],
-                "state_dir": [str(cfg.state_dir), cfg.sources.get("state_dir")],
-                "interval": [cfg.interval, cfg.sources.get("interval")],
-                "jobs": [cfg.jobs, cfg.sources.get("jobs")],
-                "sqlite_busy_timeout": [cfg.sqlite_busy_timeout,
-                                        cfg.sources.get("sqlite_busy_timeout")],
-                "rescan_interval": [cfg.rescan_interval, cfg.sources.get("rescan_interval")],
-                "adapters": [[s.name for s in cfg.adapters], cfg.sources.get("adapters")],
-                "require_mount": [cfg.require_mount, cfg.sources.get("require_mount")],
-            },
-            "durable_probe": _probe_status(cfg.state_dir, cfg.durable_root),
-            "restore": _read_json(cfg.state_dir / "restore.json") or None,
-            "sqlite": sqlite.library_version(),
-            "daemon": daemon or None,
-            "adapters": adapters,
-        }
+        return status.gather(self.config, self._matchers, self.clock())
 
 
 def _seed_from_manifest(state: AdapterState) -> None:
@@ -448,17 +387,6 @@ def _seed_from_manifest(state: AdapterState) -> None:
                                 deltas=manifest_state.deltas_since_base)
 
 
-def _databases(index: Index) -> list[dict[str, Any]]:
-    """The SQLite snapshots the index knows: path, object, size, time of the last one."""
-    out = []
-    for path, rec in sorted(index.items()):
-        extra = index.extras.get(path, {})
-        if rec.kind == "sqlite" and not extra.get("_local"):
-            out.append({"path": path, "object": extra.get("object"),
-                        "size": extra.get("size", rec.size),
-                        "snapshot_ns": extra.get("snapshot_ns"),
-                        "listed": bool(extra.get("_listed"))})
-    return out
 
 
 def _unsettled(index: Index, changed: Sequence[Seen]) -> set[str]:
@@ -473,38 +401,10 @@ def _unsettled(index: Index, changed: Sequence[Seen]) -> set[str]:
     return out
 
 
-def _daemon_status(path: Path) -> dict[str, Any]:
-    """The runner's status file; `running` is cleared when its process is gone."""
-    data = _read_json(path)
-    pid = data.get("pid")
-    if data.get("running") and isinstance(pid, int):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            data["running"] = False
-        except PermissionError:
-            pass
-    return data
 
 
-def _probe_status(state_dir: Path, root: Path) -> dict[str, Any] | None:
-    """The cached probe of the durable root, with a one-line summary (no mount operation)."""
-    cached = probe.read_cache(state_dir, root)
-    if not cached:
-        return None
-    caps = probe.Capabilities.from_json(cached)
-    if caps is None:
-        return None
-    return {**cached, "summary": caps.describe(), "rename_supported": caps.rename_supported}
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def _with(rep: AdapterReport, **changes: Any) -> AdapterReport:

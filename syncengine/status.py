@@ -1,0 +1,146 @@
+"""Status: what the last runs did, kept as small local JSON files, and the status report.
+
+Owns the files under ``state_dir`` that ``syncengine status`` reads:
+``status/<adapter>.json`` (written after each checkpoint), ``restore.json``
+(after each restore; ``complete`` gates ``syncengine run`` and ``gc``),
+``daemon.json`` (written by the runner) and the cached mount probe.  Building
+the report reads local files only: status never touches the durable side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from syncengine import probe, savefile, sqlite
+from syncengine.config import Config
+from syncengine.index import Index
+from syncengine.patterns import Matcher
+from syncengine.report import Report
+
+
+def status_path(state_dir: Path, adapter: str) -> Path:
+    return state_dir / "status" / f"{adapter}.json"
+
+
+def index_path(state_dir: Path, adapter: str) -> Path:
+    return state_dir / "index" / f"{adapter}.idx"
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A small local JSON file as a dict ({} when missing or unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def write_checkpoint(state_dir: Path, report: Report) -> None:
+    """Record one checkpoint per adapter: time, files, bytes, errors, running totals."""
+    for rep in report.adapters:
+        path = status_path(state_dir, rep.name)
+        old = read_json(path)
+        now = report.started_ns
+        data = {
+            "adapter": rep.name,
+            "last_attempt_ns": now,
+            "last_checkpoint_ns": now if rep.ok else old.get("last_checkpoint_ns"),
+            "last_files": rep.files,
+            "last_bytes": rep.bytes,
+            "total_files": int(old.get("total_files", 0)) + rep.files,
+            "total_bytes": int(old.get("total_bytes", 0)) + rep.bytes,
+            "errors": [str(e) for e in rep.errors][:20],
+            "last_error": rep.fatal or (str(rep.errors[0]) if rep.errors else
+                                        (old.get("last_error") if not rep.ok else None)),
+        }
+        savefile.write_file(path, json.dumps(data).encode(), mode=0o600, fsync=False)
+
+
+def write_restore(state_dir: Path, report: Report, now_ns: int) -> None:
+    """Record whether the last restore was complete (fsynced: a server start depends on it)."""
+    data = {"complete": report.ok, "finished_ns": now_ns,
+            "errors": [str(e) for e in report.errors][:50],
+            "fatal": [f"{a.name}: {a.fatal}" for a in report.adapters if a.fatal]}
+    savefile.write_file(state_dir / "restore.json", json.dumps(data).encode(), mode=0o600,
+                        fsync=True)
+
+
+def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict[str, Any]:
+    """Effective configuration with sources, and per-adapter state (local files only)."""
+    cfg = config
+    daemon = _daemon_status(cfg.state_dir / "daemon.json")
+    pending = daemon.get("pending", {}) if daemon.get("running") else {}
+    adapters = []
+    for spec in cfg.adapters:
+        st = read_json(status_path(cfg.state_dir, spec.name))
+        idx = Index.load(index_path(cfg.state_dir, spec.name))
+        last = st.get("last_checkpoint_ns")
+        adapters.append({
+            "loss_window_s": round((now_ns - last) / 1e9, 3) if last else None,
+            "pending": pending.get(spec.name, 0) if daemon.get("running") else None,
+            "name": spec.name, "live": str(spec.live), "durable": str(spec.durable),
+            "origin": spec.origin, "exclude": list(matchers[spec.name].patterns),
+            "live_exists": spec.live.is_dir(),
+            "indexed_files": len(idx) if idx is not None else 0,
+            "databases": _databases(idx) if idx is not None else [],
+            **{k: v for k, v in st.items() if k != "adapter"},
+        })
+    keys = ("local_root", "durable_root", "state_dir", "interval", "jobs",
+            "sqlite_busy_timeout", "rescan_interval", "journal_dir", "require_mount")
+    shown = {k: [_plain(getattr(cfg, k)), cfg.sources.get(k)] for k in keys}
+    shown["adapters"] = [[s.name for s in cfg.adapters], cfg.sources.get("adapters")]
+    return {
+        "config": shown,
+        "durable_probe": _probe_status(cfg.state_dir, cfg.durable_root),
+        "restore": read_json(cfg.state_dir / "restore.json") or None,
+        "sqlite": sqlite.library_version(),
+        "daemon": daemon or None,
+        "adapters": adapters,
+    }
+
+
+def _plain(value: Any) -> Any:
+    return str(value) if isinstance(value, os.PathLike) else value
+
+
+def _databases(index: Index) -> list[dict[str, Any]]:
+    """The SQLite snapshots the index knows: path, object, size, time of the last one."""
+    out = []
+    for path, rec in sorted(index.items()):
+        extra = index.extras.get(path, {})
+        if rec.kind == "sqlite" and not extra.get("_local"):
+            out.append({"path": path, "object": extra.get("object"),
+                        "size": extra.get("size", rec.size),
+                        "snapshot_ns": extra.get("snapshot_ns"),
+                        "listed": bool(extra.get("_listed"))})
+    return out
+
+
+def _daemon_status(path: Path) -> dict[str, Any]:
+    """The runner's status file; `running` is cleared when its process is gone."""
+    data = read_json(path)
+    pid = data.get("pid")
+    if data.get("running") and isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            data["running"] = False
+        except PermissionError:
+            pass
+    return data
+
+
+def _probe_status(state_dir: Path, root: Path) -> dict[str, Any] | None:
+    """The cached probe of the durable root, with a one-line summary (no mount operation)."""
+    cached = probe.read_cache(state_dir, root)
+    if not cached:
+        return None
+    caps = probe.Capabilities.from_json(cached)
+    if caps is None:
+        return None
+    return {**cached, "summary": caps.describe(), "rename_supported": caps.rename_supported}
