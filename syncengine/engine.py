@@ -71,6 +71,7 @@ class Engine:
         self._indexes: dict[str, Index] = {}
         self._recheck: dict[str, set[str]] = {}
         self._caps: probe.Capabilities | None = None
+        self._jobs: int | None = None
         self._unseeded: set[str] = set()  # fresh indexes not yet rebuilt from the manifest
 
     @classmethod
@@ -211,7 +212,7 @@ class Engine:
                 if state.name in self._unseeded:  # only now: an idle pass never reads durable
                     self._unseeded.discard(state.name)
                     _seed_from_manifest(state)
-            rep = checkpoint.run(state, actions, started_ns=started, jobs=self.config.jobs,
+            rep = checkpoint.run(state, actions, started_ns=started, jobs=self._copy_jobs(),
                                  final=final)
             self._recheck[state.name] = _unsettled(state.index, result.changed)
             scan_errors = tuple(
@@ -254,7 +255,7 @@ class Engine:
                 return AdapterReport(spec.name, plan=tuple(map(str, actions)))
             log.info("restore.start adapter=%s entries=%d source=%s", spec.name, len(entries),
                      source)
-            rep = restore.run(state, actions, jobs=self.config.jobs)
+            rep = restore.run(state, actions, jobs=self._copy_jobs())
         except DurableError as exc:
             return AdapterReport(spec.name, fatal=str(exc))
         # A manifest that lost information cannot prove the tree is whole: a server
@@ -266,6 +267,15 @@ class Engine:
     def _check_durable_root(self) -> None:
         probe.check_root(self.config.durable_root, require_mount=self.config.require_mount,
                          state_dir=self.config.state_dir)
+
+    def _copy_jobs(self) -> int:
+        """Parallel copies: `jobs` on a FUSE or network mount, one thread on a local disk
+        (unless `jobs` was set explicitly)."""
+        if self._jobs is None:
+            explicit = self.config.sources.get("jobs", "default") != "default"
+            remote = probe.is_remote(self.config.durable_root)
+            self._jobs = self.config.jobs if explicit or remote else 1
+        return self._jobs
 
     def _durable_ready(self) -> probe.Capabilities:
         """Health-check the durable root and learn what it supports (once per Engine run)."""

@@ -79,6 +79,18 @@ def mount_of(path: str | os.PathLike[str]) -> MountInfo | None:
     return best
 
 
+# Filesystems where each operation is a network round trip: parallel copies overlap
+# that latency.  On a local filesystem threads only contend (measured: a first full
+# checkpoint of 10,000 small files took 0.87 s with one thread, 2.0 s with two).
+REMOTE_FSTYPES = ("fuse", "nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "davfs")
+
+
+def is_remote(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is on a FUSE or network filesystem (from local mountinfo)."""
+    info = mount_of(path)
+    return info is not None and info.fstype.startswith(REMOTE_FSTYPES)
+
+
 def is_mountpoint(path: str | os.PathLike[str]) -> bool:
     """Whether `path` itself is a mount point (true for a dead FUSE mount too)."""
     info = mount_of(path)
