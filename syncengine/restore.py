@@ -72,10 +72,9 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
 
 
 def _local_state(live: DirCache, relpath: str) -> LocalState | None:
-    parent, _, name = relpath.rpartition("/")
     try:
-        dir_fd = live.dir_fd(parent)
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        with live.parent(relpath) as (dir_fd, name):
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
     if stat.S_ISREG(st.st_mode):
@@ -236,15 +235,6 @@ def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache,
                 fut.cancel()
 
 
-def _live_parent(live: DirCache, relpath: str) -> tuple[int, str]:
-    try:
-        return live.split(relpath)
-    except UnsafePath:
-        raise
-    except OSError as exc:
-        raise source_error("create parent of", relpath, exc) from exc
-
-
 def _fetch(entry: Entry, live: DirCache, durable: DirCache
            ) -> tuple[Entry, os.stat_result, int]:
     if entry.kind == "segments":
@@ -263,8 +253,8 @@ def _fetch(entry: Entry, live: DirCache, durable: DirCache
         src_st = os.fstat(src)
         if not stat.S_ISREG(src_st.st_mode):
             raise SourceError(entry.path, "restore", "durable object is not a regular file")
-        dir_fd, name = _live_parent(live, entry.path)
-        with savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
+        with live.parent(entry.path) as (dir_fd, name), \
+                savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
             try:
                 _, h = stream(src, None, tmp.write, src_name=f"{durable.root}/{entry.location}",
                               dst_name=entry.path)
@@ -278,7 +268,7 @@ def _fetch(entry: Entry, live: DirCache, durable: DirCache
                 mtime = src_st.st_mtime_ns
             tmp.close(mode=entry.mode, mtime_ns=mtime)
             tmp.publish(name, target_dir_fd=dir_fd)
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as exc:
         raise source_error("restore", entry.path, exc) from exc
     finally:
@@ -289,13 +279,15 @@ def _fetch(entry: Entry, live: DirCache, durable: DirCache
 def _fetch_log(entry: Entry, live: DirCache, durable: DirCache
                ) -> tuple[Entry, os.stat_result, int]:
     """Rebuild an append-only log from its chain; nothing is placed unless it verifies."""
-    dir_fd, name = _live_parent(live, entry.path)
     try:
-        with savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
+        with live.parent(entry.path) as (dir_fd, name), \
+                savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
             h = segments.reconstruct(entry, durable, tmp.write)
             tmp.close(mode=entry.mode, mtime_ns=entry.mtime_ns)
             tmp.publish(name, target_dir_fd=dir_fd)
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except UnsafePath:
+        raise
     except OSError as exc:
         raise source_error("restore", entry.path, exc) from exc
     return entry, st, h
@@ -303,10 +295,12 @@ def _fetch_log(entry: Entry, live: DirCache, durable: DirCache
 
 def _make_link(entry: Entry, live: DirCache) -> tuple[Entry, os.stat_result, int]:
     assert entry.target is not None
-    dir_fd, name = _live_parent(live, entry.path)
     try:
-        savefile.place_symlink(entry.target, name, dir_fd=dir_fd, mtime_ns=entry.mtime_ns)
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        with live.parent(entry.path) as (dir_fd, name):
+            savefile.place_symlink(entry.target, name, dir_fd=dir_fd, mtime_ns=entry.mtime_ns)
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except UnsafePath:
+        raise
     except OSError as exc:
         raise source_error("symlink", entry.path, exc) from exc
     return entry, st, link_hash(entry.target)

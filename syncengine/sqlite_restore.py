@@ -81,13 +81,18 @@ class Outcome:
 
 def restore_db(action: RestoreDB, live: DirCache, durable: DirCache, opts: Options) -> Outcome:
     """Carry out one RestoreDB; raise SourceError (per path) or DurableError."""
-    entry = action.entry
     try:
-        dir_fd, name = live.split(entry.path)
-    except UnsafePath:
+        with live.parent(action.entry.path) as (dir_fd, name):
+            return _restore_in(action, dir_fd, name, durable, opts)
+    except (UnsafePath, SourceError, DurableError):
         raise
     except OSError as exc:
-        raise source_error("create parent of", entry.path, exc) from exc
+        raise source_error("restore", action.entry.path, exc) from exc
+
+
+def _restore_in(action: RestoreDB, dir_fd: int, name: str, durable: DirCache, opts: Options
+                ) -> Outcome:
+    entry = action.entry
     here = f"/proc/self/fd/{dir_fd}"
     local = _lstat(name, dir_fd)
     verdict = None

@@ -281,3 +281,28 @@ def test_unreadable_newer_base_is_covered_by_older_base_and_deltas(tree: Tree, c
     assert sorted(state.entries) == ["a.json", "b.json"]
     shutil.rmtree(tree.local)
     cli("restore", check=0)
+
+
+LOW_FD_LIMIT = r"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))
+from syncengine.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_restore_of_more_directories_than_open_files_allowed(tree: Tree, cli: CliRunner
+                                                             ) -> None:
+    """Found at 20,000 directories by the benchmark: every directory kept open, EMFILE."""
+    import subprocess
+    import sys
+
+    for i in range(400):
+        tree.write(f"opencode-share/opencode/storage/part/m{i:03d}/p.json", f"{i}")
+    cli("checkpoint", "opencode", check=0)
+    shutil.rmtree(tree.local)
+    proc = subprocess.run([sys.executable, "-c", LOW_FD_LIMIT, "restore", "opencode"],
+                          env=tree.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "opencode: restored 400 file(s)" in proc.stdout
+    assert (tree.local / "opencode-share/opencode/storage/part/m399/p.json").read_text() == "399"
