@@ -83,9 +83,11 @@ class _Done:
 def find_missing(state: AdapterState, scan: ScanResult) -> list[str]:
     """Published paths not present in the live tree this pass."""
     index = state.index
-    changed = {s.path for s in scan.changed}
     listed = [p for p in index.extras if sqlite.is_listed(index, p)]  # never scanned
     need_lstat = scan.known < index.present_count() - len(listed)
+    if not need_lstat and not index.absent:
+        return []  # every published path was seen: nothing to look up (the idle case)
+    changed = {s.path for s in scan.changed}
     skip = set(listed)
     out: list[str] = []
     for path, raw in index.records.items():

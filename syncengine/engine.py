@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import attrs
 
-from syncengine import checkpoint, probe, restore, segments, sqlite, status
+from syncengine import checkpoint, probe, segments, sqlite, status
 from syncengine.checkpoint import AdapterState
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.errors import ConfigError, DurableError, LockBusy
@@ -238,6 +238,8 @@ class Engine:
         return report
 
     def _restore_one(self, spec: AdapterSpec, dry_run: bool) -> AdapterReport:
+        from syncengine import restore  # not needed by a checkpoint: imported when used
+
         t0 = time.monotonic()
         try:
             self._check_durable_root()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -80,7 +79,7 @@ class Journal:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             seq = self._next_seq(sdir)
             now = self.clock()
-            name = f"{seq:012d}-{now:019d}-{secrets.token_hex(4)}.prompt"
+            name = f"{seq:012d}-{now:019d}-{os.urandom(4).hex()}.prompt"
             with self.store.staged(0o600, f"{sdir}/{name}", unique=True) as tmp:
                 try:
                     tmp.write(prompt)

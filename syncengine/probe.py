@@ -22,7 +22,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import stat
 import time
 from pathlib import Path
@@ -207,7 +206,7 @@ def probe(root: Path) -> Capabilities:
     """Try rename, attributes and append in a scratch directory under `root`; clean up."""
     info = mount_of(root)
     scratch = root / SCRATCH
-    token = secrets.token_hex(6)
+    token = os.urandom(6).hex()
     a, b = scratch / f"{token}-a", scratch / f"{token}-b"
     try:
         os.makedirs(scratch, mode=0o700, exist_ok=True)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -163,7 +162,7 @@ def _best_effort(func: object, *args: object, **kwargs: object) -> None:
 def create_temp(directory: str | None = None, *, dir_fd: int | None = None,
                 source_mode: int = 0o600) -> Staged:
     """Create a new, empty, exclusively owned temp file in `directory` (or `dir_fd`)."""
-    base = secrets.token_hex(8) + TEMP_SUFFIX
+    base = os.urandom(8).hex() + TEMP_SUFFIX
     name = base if directory is None else os.path.join(directory, base)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     fd = os.open(name, flags, temp_mode(source_mode), dir_fd=dir_fd)
@@ -225,7 +224,7 @@ def rename_new(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None
 
 def place_symlink(target: str, name: str, *, dir_fd: int, mtime_ns: int | None = None) -> None:
     """Create or replace the symlink `name` (in `dir_fd`) pointing at `target`."""
-    tmp = secrets.token_hex(8) + TEMP_SUFFIX
+    tmp = os.urandom(8).hex() + TEMP_SUFFIX
     os.symlink(target, tmp, dir_fd=dir_fd)
     try:
         if mtime_ns is not None:

@@ -89,18 +89,25 @@ class ScanResult:
 
 def _walk(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None) -> list[str]:
     """Walk `start` depth-first; with `limit`, stop after that many entries and
-    return the directories not yet entered (the frontier)."""
-    root, matcher, records, skip = job.root, job.matcher, job.records, job.skip_dirs
+    return the directories not yet entered (the frontier).
+
+    The loop body runs once per file of every tree on every pass: it keeps to
+    local names, the DirEntry's cached type, and one ``lstat`` per file.
+    """
+    root, records, skip = job.root, job.records, job.skip_dirs
+    excluded = job.matcher.excluded if job.matcher else None
     pack = SIG.pack
+    get = records.get
+    changed = out.changed
     stack = [start]
-    handled = 0
+    handled = seen = known = 0
     while stack:
         if limit is not None and (handled >= limit or len(stack) >= _FRONTIER):
-            return stack
+            break
         d = stack.pop(0) if limit is not None else stack.pop()
-        path = f"{root}/{d}" if d else root
+        prefix = f"{d}/" if d else ""
         try:
-            it = os.scandir(path)
+            it = os.scandir(f"{root}/{d}" if d else root)
         except FileNotFoundError:
             if d == "":
                 out.exists = False
@@ -112,13 +119,16 @@ def _walk(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None
             for e in it:
                 handled += 1
                 name = e.name
-                rel = f"{d}/{name}" if d else name
+                rel = prefix + name
                 try:
                     if e.is_dir(follow_symlinks=False):
-                        if rel not in skip and not (matcher and matcher.excluded(rel, True)):
+                        if rel not in skip and not (excluded and excluded(rel, True)):
                             stack.append(rel)
                         continue
-                    if name.endswith(TEMP_SUFFIX) or (matcher and matcher.excluded(rel, False)):
+                    if name.endswith(TEMP_SUFFIX) or (excluded and excluded(rel, False)):
+                        continue
+                    if not (e.is_file(follow_symlinks=False) or e.is_symlink()):
+                        out.specials.append(rel)  # FIFO, socket, device: never opened
                         continue
                     st = e.stat(follow_symlinks=False)
                 except FileNotFoundError:
@@ -126,19 +136,18 @@ def _walk(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None
                 except OSError as exc:
                     out.errors.append((rel, exc.strerror or str(exc)))
                     continue
-                mode = st.st_mode
-                if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-                    out.specials.append(rel)
-                    continue
-                out.seen += 1
-                raw = records.get(rel)
+                seen += 1
+                raw = get(rel)
                 if raw is not None:
                     if raw[-1] == 0:  # counted only while not already marked absent
-                        out.known += 1
+                        known += 1
                     if raw.startswith(pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns)):
                         continue
-                out.changed.append(Seen(rel, mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
-    return []
+                changed.append(Seen(rel, st.st_mode, st.st_size, st.st_mtime_ns,
+                                    st.st_ctime_ns))
+    out.seen += seen
+    out.known += known
+    return stack if limit is not None else []
 
 
 def scan(jobs: Sequence[ScanJob], *, workers: int = 2) -> dict[str, ScanResult]:

@@ -24,7 +24,6 @@ more than one object).  Superseded chains stay for ``gc``.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -135,7 +134,7 @@ def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, 
         if cut == 0 and st.st_size > 0:
             raise Waiting("no complete line yet")
         number = int(chain.split("-")[0]) + 1 if chain[:1].isdigit() else 1
-        chain = f"{number:06d}-{secrets.token_hex(4)}"
+        chain = f"{number:06d}-{os.urandom(4).hex()}"
         lens = []
         h = xxhash.xxh3_64()
     elif cut == covered:  # nothing new (a partial line may be waiting)

@@ -22,7 +22,6 @@ import contextlib
 import fnmatch
 import logging
 import os
-import secrets
 import sqlite3
 import stat
 import tempfile
@@ -244,7 +243,7 @@ def check_durable_copy(durable: DirCache, relpath: str, scratch: Path
 def staged_snapshot(db_path: str, relpath: str, opts: Options) -> Iterator[str]:
     """A validated backup of `db_path` in the local staging directory, removed afterwards."""
     os.makedirs(opts.staging, mode=0o700, exist_ok=True)
-    dst_path = os.fspath(opts.staging / f"{secrets.token_hex(8)}.db")
+    dst_path = os.fspath(opts.staging / f"{os.urandom(8).hex()}.db")
     try:
         _backup(db_path, dst_path, relpath, opts.busy_timeout)
         try:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -245,7 +244,7 @@ def new_object_name(relpath: str) -> str:
     the path, in a tree of its own: never a sibling of a published file, and
     never a string prefix of another object (hf-mount's phantom directories).
     """
-    return f"{OBJECTS_DIR}/{relpath}/{secrets.token_hex(8)}"
+    return f"{OBJECTS_DIR}/{relpath}/{os.urandom(8).hex()}"
 
 
 def _create_object(path: Path, *, source_mode: int) -> savefile.Staged:
