@@ -236,8 +236,11 @@ def _print_status(status: dict[str, Any]) -> None:
     print("adapters:")
     for a in status["adapters"]:
         print(f"  {a['name']}: {a['live']} -> {a['durable']}")
-        if not a["live_exists"]:
+        if not a["live_exists"] and not a["indexed_files"] and not a.get("total_files"):
             print("    live tree does not exist yet (nothing to checkpoint)")
+            continue
+        if not a["live_exists"]:
+            print("    live tree does not exist (it had files: restore brings them back)")
         print(f"    last checkpoint: {_fmt_time(a.get('last_checkpoint_ns'))}; "
               f"last pass published {a.get('last_files', 0)} file(s), "
               f"{a.get('last_bytes', 0)} bytes; total {a.get('total_files', 0)} file(s), "
@@ -245,11 +248,12 @@ def _print_status(status: dict[str, Any]) -> None:
         for db in a.get("databases", []):
             print(f"    database {db['path']}: last snapshot {_fmt_time(db.get('snapshot_ns'))}, "
                   f"{db.get('size', 0)} bytes")
-        if a.get("loss_window_s") is not None or a.get("pending") is not None:
+        running = bool(daemon and daemon.get("running"))
+        if a.get("loss_window_s") is not None:
             pending = a.get("pending")
-            print(f"    loss window: {a.get('loss_window_s')}s since the last checkpoint; pending: "
-                  + ("no daemon" if pending is None and not daemon else
-                     "full walk due" if pending is None else f"{pending} changed path(s)"))
+            print(f"    loss window: {a.get('loss_window_s')}s since the last checkpoint"
+                  + ("" if not running else "; pending: " + (
+                      "full walk due" if pending is None else f"{pending} changed path(s)")))
         if a.get("last_error"):
             print(f"    last error: {a['last_error']}")
 
