@@ -273,7 +273,7 @@ def test_reaps_orphans_as_pid_1(tree: Tree) -> None:
     def state(p):
         try:
             return open(f"/proc/{p}/stat").read().split(") ")[1][0]
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # ESRCH: reaped while we read
             return "gone"
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:   # a zombie until PID 1 reaps it
