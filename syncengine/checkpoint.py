@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Generator, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from syncengine.copier import (
     Published,
     SQLiteFile,
     Vanished,
+    in_order,
     link_hash,
     upload,
 )
@@ -250,19 +250,7 @@ def _execute_uploads(state: AdapterState, uploads: list[Upload | Snapshot], jobs
         except (SourceError, Vanished, NotRegular, segments.Waiting) as exc:
             return exc
 
-    if len(uploads) <= 1 or jobs <= 1:
-        for action in uploads:
-            yield action, one(action)
-        return
-    with ThreadPoolExecutor(max_workers=min(jobs, len(uploads)),
-                            thread_name_prefix="syncengine-copy") as pool:
-        futures = [(a, pool.submit(one, a)) for a in uploads]
-        try:
-            for action, fut in futures:
-                yield action, fut.result()
-        finally:
-            for _, fut in futures:
-                fut.cancel()
+    return in_order(uploads, one, jobs=jobs, name="syncengine-copy")
 
 
 def _collect(state: AdapterState, action: Upload | Snapshot, result: _Result,

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import attrs
 import xxhash
@@ -26,6 +27,8 @@ from syncengine.savefile import Staged
 from syncengine.store import Store
 
 CHUNK = 1 << 20
+T = TypeVar("T")
+R = TypeVar("R")
 _SOURCE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -91,6 +94,27 @@ def stream(src_fd: int, limit: int | None, sink: Callable[[memoryview], object] 
                 raise durable_error("write", dst_name, exc) from exc
         total += n
     return total, h.intdigest()
+
+
+def in_order(items: Sequence[T], work: Callable[[T], R], *, jobs: int, name: str
+             ) -> Generator[tuple[T, R], None, None]:
+    """`work` applied to each item, up to `jobs` at once, results yielded in item order.
+
+    One item, or one job, runs inline (no thread).  Closing the generator early
+    (a durable failure) cancels what has not started and waits for what has.
+    """
+    if len(items) <= 1 or jobs <= 1:
+        for item in items:
+            yield item, work(item)
+        return
+    with ThreadPoolExecutor(max_workers=min(jobs, len(items)), thread_name_prefix=name) as pool:
+        futures = [(item, pool.submit(work, item)) for item in items]
+        try:
+            for item, fut in futures:
+                yield item, fut.result()
+        finally:
+            for _, fut in futures:
+                fut.cancel()
 
 
 def link_hash(target: str) -> int:

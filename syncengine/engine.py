@@ -47,9 +47,7 @@ def exclusion_patterns(spec: AdapterSpec) -> tuple[str, ...]:
     A listed database is never copied as a file: its WAL and SHM are read at
     different transaction boundaries (the SQLite adapter snapshots it instead).
     """
-    dbs = tuple(f"/{p.lstrip('/')}{suffix}"
-                for p in spec.sqlite for suffix in ("", *sqlite.COMPANIONS))
-    return spec.exclude + dbs
+    return spec.exclude + sqlite.database_patterns(spec.sqlite)
 
 
 class Engine:

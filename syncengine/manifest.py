@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from syncengine.safepath import DirCache
 from syncengine.store import MANIFEST_DIR, Store
 
 FORMAT = 1
@@ -167,16 +168,21 @@ def load(store: Store) -> ManifestState:
     only a warning when an older base and every delta since it are readable.
     """
     objects = list_objects(store)
-    problems: list[str] = []
-    warnings: list[str] = []
     if not objects:
         return ManifestState(entries={}, last_seq=0, base_seq=0, deltas_since_base=0)
+    with store.reader() as dirs:  # every object is in one directory: open it once
+        return _load(store, objects, dirs)
+
+
+def _load(store: Store, objects: list[tuple[int, str, str]], dirs: DirCache) -> ManifestState:
+    problems: list[str] = []
+    warnings: list[str] = []
     entries: dict[str, Entry] = {}
     base_seq = 0
     chain = objects
     for seq, _kind, name in reversed([o for o in objects if o[1] == "base"]):
         try:
-            _, base_entries = decode(store.read_bytes(f"{MANIFEST_DIR}/{name}"))
+            _, base_entries = decode(store.read_bytes(f"{MANIFEST_DIR}/{name}", dirs=dirs))
         except (ValueError, OSError, KeyError) as exc:
             warnings.append(f"{store.root}/{MANIFEST_DIR}/{name}: unreadable base ({exc})")
             continue
@@ -194,7 +200,7 @@ def load(store: Store) -> ManifestState:
         if kind != "delta":
             continue  # a base newer than the one used could not be read: deltas cover it
         try:
-            _, delta = decode(store.read_bytes(f"{MANIFEST_DIR}/{name}"))
+            _, delta = decode(store.read_bytes(f"{MANIFEST_DIR}/{name}", dirs=dirs))
         except (ValueError, OSError, KeyError) as exc:
             problems.append(f"{store.root}/{MANIFEST_DIR}/{name}: unreadable delta ({exc}); "
                             "the paths it recorded may restore older or not at all")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from syncengine import manifest, openfiles
+from syncengine import manifest, openfiles, sqlite
 from syncengine.config import AdapterSpec, MigrateStep
 from syncengine.copier import upload
 from syncengine.errors import DurableError, SourceError, durable_error
@@ -147,8 +147,7 @@ def _plan_unlink(engine: Engine, spec: AdapterSpec, step: MigrateStep) -> list[A
 
 
 def _db_matcher(spec: AdapterSpec) -> Matcher:
-    return compile_patterns([f"/{p.lstrip('/')}{s}" for p in spec.sqlite
-                             for s in ("", "-wal", "-shm", "-journal")], where="sqlite")
+    return compile_patterns(sqlite.database_patterns(spec.sqlite), where="sqlite")
 
 
 def _plan_copy_tree(engine: Engine, spec: AdapterSpec, step: MigrateStep, now_ns: int

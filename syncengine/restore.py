@@ -15,12 +15,11 @@ import logging
 import os
 import stat
 from collections.abc import Generator, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 
 from syncengine import manifest, openfiles, savefile, segments, sqlite_restore
 from syncengine.checkpoint import AdapterState
-from syncengine.copier import link_hash, stream
+from syncengine.copier import in_order, link_hash, stream
 from syncengine.errors import DurableError, SourceError, durable_error, source_error
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
@@ -220,19 +219,7 @@ def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache,
         except SourceError as exc:
             return exc
 
-    if len(actions) <= 1 or jobs <= 1:
-        for a in actions:
-            yield a, one(a)
-        return
-    with ThreadPoolExecutor(max_workers=min(jobs, len(actions)),
-                            thread_name_prefix="syncengine-restore") as pool:
-        futures = [(a, pool.submit(one, a)) for a in actions]
-        try:
-            for a, fut in futures:
-                yield a, fut.result()
-        finally:
-            for _, fut in futures:
-                fut.cancel()
+    return in_order(actions, one, jobs=jobs, name="syncengine-restore")
 
 
 def _fetch(entry: Entry, live: DirCache, durable: DirCache

@@ -193,9 +193,14 @@ class Store:
         """A cache of directory descriptors for safe reads; close it when done."""
         return DirCache(self.root)
 
-    def read_bytes(self, relpath: str) -> bytes:
-        with self.reader() as dirs:
+    def read_bytes(self, relpath: str, *, dirs: DirCache | None = None) -> bytes:
+        """One object's bytes; pass `dirs` (from `reader()`) when reading several, so
+        the directories on the way are opened once, not once per object."""
+        if dirs is not None:
             fd = dirs.open_file(relpath)
+        else:
+            with self.reader() as own:
+                fd = own.open_file(relpath)
         with os.fdopen(fd, "rb") as f:
             return f.read()
 
