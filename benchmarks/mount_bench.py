@@ -3,8 +3,9 @@
 ``python benchmarks/mount_bench.py [--large 100000] [--small 5000] [--reps 3]``
 
 The emulator adds latency like the real mount (default 2 ms per metadata
-operation, 50 ms per directory listing, 30 ms per commit) and counts its
-operations.  Trees come from gen_tree.generate(); changes from gen_tree.mutate().
+operation, 50 ms per directory listing, 30 ms per commit) and, unless
+--no-cache, hf-mount's kernel metadata cache (10 s; failed lookups 30 s), and
+counts its operations.  Trees come from gen_tree.generate(); changes from gen_tree.mutate().
 Scenarios, each tool in the same run, median of --reps:
 
 - ``idle``: a checkpoint of the large tree when nothing changed;
@@ -43,6 +44,7 @@ from tests.bucket_mount import BucketMount  # noqa: E402
 
 TOOLS = ("syncengine", "find+rsync-files-from", "rsync -a")
 LATENCY = {"latency_meta_ms": 2.0, "latency_list_ms": 50.0, "latency_commit_ms": 30.0}
+CACHE = {"attr_timeout_s": 10.0, "negative_timeout_s": 30.0}  # hf-mount's metadata caches
 BYTES_PER_FILE = 8000
 
 
@@ -54,6 +56,8 @@ def run(argv: list[str], **kw: object) -> float:
 
 class Setup:
     """One tool's bucket, live tree copy and local state for one tree size."""
+
+    cache = True  # main() sets it from --no-cache
 
     def __init__(self, work: Path, tool: str, live: Path) -> None:
         self.dir = work / tool.replace(" ", "").replace("+", "_")
@@ -68,7 +72,8 @@ class Setup:
         self.state.mkdir()
 
     def mount(self, latency: bool) -> BucketMount:
-        return BucketMount(self.backing, self.mnt, stats=True, **(LATENCY if latency else {}))
+        return BucketMount(self.backing, self.mnt, stats=True, **(LATENCY if latency else {}),
+                           **(CACHE if self.cache else {}))  # type: ignore[arg-type]
 
     def config(self, local_root: Path, state: Path) -> Path:
         path = self.dir / f"cfg-{state.name}.toml"
@@ -108,11 +113,17 @@ class Setup:
         return run(["rsync", "-a", f"{self.durable}/", f"{target / self.live.name}/"])
 
 
-def timed(setup: Setup, action: Callable[[], float]) -> tuple[float, dict[str, int]]:
+STARTED = time.monotonic()
+
+
+def timed(setup: Setup, action: Callable[[], float], what: str = ""
+          ) -> tuple[float, dict[str, int]]:
     with setup.mount(latency=True) as mount:
         before = mount.stats()
         seconds = action()
         after = mount.stats()
+    print(f"[{time.monotonic() - STARTED:7.0f} s] {setup.dir.parent.name} {setup.tool}: {what} "
+          f"{seconds:.3f} s", file=sys.stderr, flush=True)
     return seconds, {k: after.get(k, 0) - before.get(k, 0) for k in after
                      if after.get(k, 0) != before.get(k, 0)}
 
@@ -124,7 +135,8 @@ def tree(work: Path, files: int) -> Path:
     return live
 
 
-def bench(work: Path, large: int, small: int, reps: int, sizes: list[int]) -> dict[str, object]:
+def bench(work: Path, large: int, small: int, reps: int, sizes: list[int], peer_reps: int
+          ) -> dict[str, object]:
     rows: list[dict[str, object]] = []
     curve: dict[str, dict[int, float]] = {t: {} for t in TOOLS}
     for files in sorted({*sizes, large}):
@@ -137,12 +149,12 @@ def bench(work: Path, large: int, small: int, reps: int, sizes: list[int]) -> di
                 s.checkpoint(full=True)
             time.sleep(1.1)  # changes never share a timestamp tick with the marker
             idle, changed, idle_ops, changed_ops = [], [], {}, {}
-            for r in range(reps):
-                t, idle_ops = timed(s, s.checkpoint)
+            for r in range(reps if tool == "syncengine" else peer_reps):
+                t, idle_ops = timed(s, s.checkpoint, "idle")
                 idle.append(t)
                 mutate(live, min(100, len(candidates)), seed=1000 * files + r,
                        candidates=candidates)
-                t, changed_ops = timed(s, s.checkpoint)
+                t, changed_ops = timed(s, s.checkpoint, "100 changed")
                 changed.append(t)
                 time.sleep(1.1)
             curve[tool][files] = statistics.median(changed)
@@ -156,12 +168,13 @@ def bench(work: Path, large: int, small: int, reps: int, sizes: list[int]) -> di
     for tool in TOOLS:
         s = Setup(work / f"full-{small}", tool, live)
         full, rest, full_ops, rest_ops = [], [], {}, {}
-        for _ in range(reps):
+        for _ in range(reps if tool == "syncengine" else peer_reps):
             s.reset()
-            t, full_ops = timed(s, lambda s=s: s.checkpoint(full=True))  # type: ignore[misc]
+            t, full_ops = timed(s, lambda s=s: s.checkpoint(full=True), "full")  # type: ignore[misc]
             full.append(t)
             target = s.dir / "restored"
-            t, rest_ops = timed(s, lambda s=s, target=target: s.restore(target))  # type: ignore[misc]
+            t, rest_ops = timed(s, lambda s=s, target=target: s.restore(target),  # type: ignore[misc]
+                               "restore")
             rest.append(t)
         rows.append({"scenario": f"full checkpoint, {small} files", "tool": tool,
                      "median_s": statistics.median(full), "ops": full_ops})
@@ -219,14 +232,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small", type=int, default=5_000, help="files for full checkpoint/restore")
     p.add_argument("--sizes", default="", help="extra tree sizes for the plot, comma-separated")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--peer-reps", type=int, help="repetitions of rsync's runs (default: --reps)")
     p.add_argument("--work", type=Path, default=Path("/tmp/syncengine-mount-bench"))
     p.add_argument("--plot", type=Path, help="write a PNG here")
     p.add_argument("--record", action="store_true", help="append to benchmarks/RESULTS.md")
+    p.add_argument("--no-cache", action="store_true",
+                   help="no kernel metadata cache (default: hf-mount's 10 s, 30 s negative)")
     args = p.parse_args(argv)
+    Setup.cache = not args.no_cache
     args.work.mkdir(parents=True, exist_ok=True)
     sizes = [int(x) for x in args.sizes.split(",") if x]
     t0 = time.monotonic()
-    result = bench(args.work, args.large, args.small, args.reps, sizes)
+    peer_reps = args.peer_reps or args.reps
+    result = bench(args.work, args.large, args.small, args.reps, sizes, peer_reps)
     table = markdown(result, args)
     (args.work / "mount-bench.json").write_text(json.dumps(result, indent=2))
     if args.plot:
@@ -234,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     cmd = "python benchmarks/mount_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = (f"\n## On the bucket-mount emulator\n\n`{cmd}` ({time.strftime('%Y-%m-%d')}, "
             f"{os.cpu_count()} cores, {time.monotonic() - t0:.0f} s; latency 2 ms per metadata "
-            f"operation, 50 ms per listing, 30 ms per commit; median of {args.reps})\n\n{table}\n")
+            f"operation, 50 ms per listing, 30 ms per commit; "
+            f"{'no metadata cache' if args.no_cache else 'metadata cached 10 s, negatives 30 s'}"
+            f"; median of {args.reps} runs, rsync's of {peer_reps})\n\n{table}\n")
     if args.plot:
         text += f"\n![checkpoint time against tree size]({args.plot.name})\n"
     print(text)

@@ -88,6 +88,8 @@ class BucketMount:
         rename_errno: str = "EXDEV",
         setattr_mode: str = "apply",
         stats: bool = False,
+        attr_timeout_s: float = 0,
+        negative_timeout_s: float = 0,
     ) -> None:
         self.backing = Path(backing)
         self.mountpoint = Path(mountpoint)
@@ -96,6 +98,8 @@ class BucketMount:
             f"--latency-list={latency_list_ms}",
             f"--latency-commit={latency_commit_ms}",
             f"--kill-mode={kill_mode}",
+            f"--attr-timeout={attr_timeout_s}",
+            f"--negative-timeout={negative_timeout_s}",
         ]
         if not rename:
             self.options.append(f"--rename-errno={rename_errno}")

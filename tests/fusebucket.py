@@ -25,7 +25,9 @@ tests mount it through tests/bucket_mount.py. Emulated, as hf-mount v0.9 does:
 - Symlinks are real symlinks in BACKING. chmod/chown/utimens apply to the
   backing file (`--ignore-setattr`: no-op, `--no-setattr`: EPERM); a pending
   file's mtime is its commit time.
-Not emulated: metadata caches (timeouts are 0), phantom prefix directories
+Metadata caches are off by default (timeouts 0: every lookup reaches us);
+`--attr-timeout 10 --negative-timeout 30` gives the kernel hf-mount's caching
+(metadata 10 s, negative lookups 30 s). Not emulated: phantom prefix directories
 (hf-mount < 0.9.2), advanced writes, failing commits, locks, xattrs, hard
 links, other writers to the bucket.
 
@@ -519,6 +521,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for kind in ("meta", "list", "commit"):
         p.add_argument(f"--latency-{kind}", type=float, default=0.0, metavar="MS")
     p.add_argument("--kill-mode", choices=("commit", "discard"), default="commit")
+    p.add_argument("--attr-timeout", type=float, default=0.0, metavar="S",
+                   help="kernel cache of attributes and names (hf-mount: 10)")
+    p.add_argument("--negative-timeout", type=float, default=0.0, metavar="S",
+                   help="kernel cache of failed lookups (hf-mount: 30)")
     p.add_argument("--no-rename", action="store_const", const="EXDEV", dest="rename_errno")
     p.add_argument("--rename-errno", choices=("EXDEV", "ENOSYS", "EPERM", "EOPNOTSUPP"))
     setattr_mode = p.add_mutually_exclusive_group()  # chmod/chown/utimens: no-op, or EPERM
@@ -542,7 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # hard_remove: else libfuse renames an open file on unlink to .fuse_hidden*.
         _FUSE(bucket, args.mountpoint, foreground=True, fsname="fusebucket", hard_remove=True,
-              attr_timeout=0, entry_timeout=0, negative_timeout=0)
+              attr_timeout=args.attr_timeout, entry_timeout=args.attr_timeout,
+              negative_timeout=args.negative_timeout)
     except RuntimeError as e:
         if e.args != (8,):  # libfuse's fuse_main_real: the loop ended on SIGTERM/SIGINT
             raise
