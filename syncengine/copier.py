@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ CHUNK = 1 << 20
 T = TypeVar("T")
 R = TypeVar("R")
 _SOURCE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_buffers = threading.local()  # one CHUNK buffer per thread: no 1 MiB allocation per file
 
 
 class Vanished(Exception):
@@ -70,12 +72,14 @@ def stream(src_fd: int, limit: int | None, sink: Callable[[memoryview], object] 
     """Read up to `limit` bytes (None: to EOF), feed `sink`; return (bytes, xxh3_64).
 
     With `hasher`, the bytes extend that running hash (the digest returned is
-    of everything it has seen).
+    of everything it has seen).  `sink` must consume each view before it
+    returns: the buffer is reused.
     """
     h = hasher if hasher is not None else xxhash.xxh3_64()
     size = CHUNK if limit is None else max(1, min(CHUNK, limit))
-    buf = bytearray(size)
-    view = memoryview(buf)
+    view: memoryview | None = getattr(_buffers, "view", None)
+    if view is None:
+        view = _buffers.view = memoryview(bytearray(CHUNK))
     total = 0
     while limit is None or total < limit:
         want = size if limit is None else min(size, limit - total)

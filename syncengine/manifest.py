@@ -85,7 +85,8 @@ class Entry:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Entry:
-        known = {"path", "kind", "size", "mtime_ns", "mode", "hash", "target", "object"}
+        extra = {} if data.keys() <= _KNOWN else {k: v for k, v in data.items()
+                                                  if k not in _KNOWN}
         return cls(
             path=str(data["path"]),
             kind=str(data.get("kind", "file")),
@@ -95,8 +96,11 @@ class Entry:
             hash=parse_hash(data.get("hash")),
             target=data.get("target"),
             object=data.get("object"),
-            extra={k: v for k, v in data.items() if k not in known},
+            extra=extra,
         )
+
+
+_KNOWN = frozenset({"path", "kind", "size", "mtime_ns", "mode", "hash", "target", "object"})
 
 
 @attrs.frozen
@@ -149,7 +153,10 @@ def decode(data: bytes) -> tuple[dict[str, Any], list[Entry]]:
     body = lines[1:-1]
     if not isinstance(trailer, dict) or trailer.get("end") != len(body):
         raise ValueError("missing or wrong end marker (truncated object)")
-    return header, [Entry.from_json(json.loads(line)) for line in body]
+    rows = json.loads("[" + ",".join(body) + "]") if body else []  # one parse, not one per line
+    if len(rows) != len(body) or not all(isinstance(row, dict) for row in rows):
+        raise ValueError("an entry line is not one JSON object")
+    return header, [Entry.from_json(row) for row in rows]
 
 
 def write(store: Store, adapter: str, seq: int, kind: str, entries: Iterable[Entry], *,

@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from contextlib import closing
+from typing import Any
 
-from syncengine import manifest, openfiles, savefile, segments, sqlite_restore
+from syncengine import forked, manifest, openfiles, savefile, segments, sqlite_restore
 from syncengine.checkpoint import AdapterState
 from syncengine.copier import in_order, link_hash, stream
 from syncengine.errors import DurableError, SourceError, durable_error, source_error
@@ -91,7 +92,8 @@ def plan(state: AdapterState, entries: Iterable[Entry]) -> list[RestoreAction]:
     entries, databases = sqlite_restore.plan(entries, state.sqlite_patterns, state.live,
                                              state.store)
     paths = {e.path for e in entries}
-    with DirCache(state.live) as live:
+    empty = _is_empty(os.fspath(state.live))  # a first start: nothing local to compare
+    with DirCache(state.live, remember_missing=True) as live:
         for entry in sorted(entries, key=lambda e: e.path):
             unsafe = None
             local = None
@@ -103,7 +105,7 @@ def plan(state: AdapterState, entries: Iterable[Entry]) -> list[RestoreAction]:
                                      "symlink in the manifest; refused")
                 if entry.object:
                     check_relpath(entry.object)
-                local = _local_state(live, entry.path)
+                local = None if empty else _local_state(live, entry.path)
             except UnsafePath as exc:
                 unsafe = exc.reason
             except FileNotFoundError:
@@ -115,6 +117,16 @@ def plan(state: AdapterState, entries: Iterable[Entry]) -> list[RestoreAction]:
             actions.append(plan_restore_entry(entry, local, unsafe=unsafe, known_kinds=KINDS))
     actions.extend(databases)
     return actions
+
+
+def _is_empty(path: str) -> bool:
+    try:
+        with os.scandir(path) as it:
+            return next(it, None) is None
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # let the per-path checks report it
 
 
 def _parent_is_entry(path: str, paths: set[str]) -> bool:
@@ -208,10 +220,19 @@ def _seed(index: Index, entry: Entry) -> None:
         segments.seed(index, entry)
 
 
+Done = tuple[Entry, os.stat_result, int]  # what was placed, its stat, its hash
+
+
 def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache, jobs: int
-             ) -> Generator[tuple[Fetch | MakeLink,
-                                  tuple[Entry, os.stat_result, int] | SourceError], None, None]:
-    def one(action: Fetch | MakeLink) -> tuple[Entry, os.stat_result, int] | SourceError:
+             ) -> Generator[tuple[Fetch | MakeLink, Done | SourceError], None, None]:
+    """Each action's outcome, in order: threads on a mount, processes on a local disk.
+
+    On a mount (`jobs` > 1) copies overlap their round trips in threads.  On a
+    local disk a restore is Python per file: a large one from the one-shot CLI
+    is split into contiguous shares of the (path-sorted) actions, one per
+    core, in forked processes (syncengine.forked).
+    """
+    def one(action: Fetch | MakeLink) -> Done | SourceError:
         try:
             if isinstance(action, MakeLink):
                 return _make_link(action.entry, live)
@@ -219,7 +240,59 @@ def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache,
         except SourceError as exc:
             return exc
 
-    return in_order(actions, one, jobs=jobs, name="syncengine-restore")
+    n = forked.workers()
+    if jobs > 1 or n < 2 or len(actions) < _FORK_MIN or not forked.can_fork():
+        return in_order(actions, one, jobs=jobs, name="syncengine-restore")
+    return _execute_forked(actions, one, n)
+
+
+_FORK_MIN = 1000  # fewer actions than this: a fork costs more than it saves
+_FILE_COST = 128 << 10  # a file's fixed cost (opens, rename, Python) in bytes copied
+
+
+def _execute_forked(actions: list[Fetch | MakeLink],
+                    one: Callable[[Fetch | MakeLink], Done | SourceError], n: int
+                    ) -> Generator[tuple[Fetch | MakeLink, Done | SourceError], None, None]:
+    def work(share: list[Fetch | MakeLink]) -> tuple[list[tuple[Any, Any]], str | None]:
+        out: list[tuple[Any, Any]] = []  # picklable: (stat, hash) or (operation, reason)
+        for action in share:
+            try:
+                result = one(action)
+            except DurableError as exc:  # stops the run: report it after the rest
+                return out, str(exc)
+            if isinstance(result, SourceError):
+                out.append((result.operation, result.reason))
+            else:
+                out.append((result[1], result[2]))
+        return out, None
+
+    shares = _split(actions, n)
+    fatal = None
+    for share, done in zip(shares, forked.fork_map(shares, work), strict=True):
+        if done is None:  # its process failed: do that share here
+            done = work(share)
+        results, fatal = done[0], fatal or done[1]
+        for action, result in zip(share, results, strict=False):  # short after a fatal error
+            if isinstance(result[0], os.stat_result):
+                yield action, (action.entry, result[0], result[1])
+            else:
+                yield action, SourceError(action.entry.path, result[0], result[1])
+    if fatal is not None:  # after every share's results: what was placed gets recorded
+        raise DurableError(fatal)
+
+
+def _split(actions: list[Fetch | MakeLink], n: int) -> list[list[Fetch | MakeLink]]:
+    """`n` contiguous shares of about equal cost (a file costs its bytes plus a fixed part)."""
+    cost = [_FILE_COST + (a.entry.size or 0) for a in actions]
+    per_share = sum(cost) / n
+    shares: list[list[Fetch | MakeLink]] = [[]]
+    acc = 0.0
+    for action, c in zip(actions, cost, strict=True):
+        if acc >= per_share * len(shares) and len(shares) < n:
+            shares.append([])
+        shares[-1].append(action)
+        acc += c
+    return shares
 
 
 def _fetch(entry: Entry, live: DirCache, durable: DirCache

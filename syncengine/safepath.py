@@ -16,8 +16,6 @@ import os
 import resource
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from syncengine.errors import SourceError
 
@@ -30,10 +28,10 @@ class UnsafePath(SourceError):
 
 def check_relpath(relpath: str) -> str:
     """Return `relpath` if it is a safe relative name; raise UnsafePath otherwise."""
-    if not relpath or "\0" in relpath or relpath.startswith("/"):
+    if not relpath or "\0" in relpath or relpath[0] == "/":
         raise UnsafePath(relpath, "check", "not a relative path inside the tree; refused")
     parts = relpath.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    if "" in parts or "." in parts or ".." in parts:
         raise UnsafePath(relpath, "check", "contains '..', '.' or an empty component; refused")
     return relpath
 
@@ -56,9 +54,13 @@ class DirCache:
     """
 
     def __init__(self, root: str | os.PathLike[str], *, create: bool = False,
-                 dir_mode: int = 0o700, max_open: int | None = None) -> None:
+                 dir_mode: int = 0o700, max_open: int | None = None,
+                 remember_missing: bool = False) -> None:
         self.root = os.fspath(root)
         self.create = create
+        # A read-only pass over a tree that does not change meanwhile (planning a
+        # restore) can trust a missing directory to stay missing: no lookup per file.
+        self._missing: set[str] | None = set() if remember_missing and not create else None
         self.dir_mode = dir_mode
         self.max_open = max_open or _default_max_open()
         self._fds: OrderedDict[str, int] = OrderedDict()
@@ -78,24 +80,19 @@ class DirCache:
             self._fds.clear()
             self._pins.clear()
 
-    @contextmanager
-    def pinned(self, reldir: str) -> Iterator[int]:
-        """The descriptor of directory `reldir` ('' for the root), open while in use."""
-        with self._lock:
-            fd = self._acquire(reldir)
-        try:
-            yield fd
-        finally:
-            with self._lock:
-                self._release(reldir)
+    def pinned(self, reldir: str) -> _Pinned:
+        """The descriptor of directory `reldir` ('' for the root), open while in use.
 
-    @contextmanager
-    def parent(self, relpath: str) -> Iterator[tuple[int, str]]:
-        """(descriptor of the parent directory, final name) for a checked relpath."""
-        check_relpath(relpath)
-        parent, _, name = relpath.rpartition("/")
-        with self.pinned(parent) as fd:
-            yield fd, name
+        A context manager: ``with cache.pinned("a/b") as fd: ...``.
+        """
+        return _Pinned(self, reldir)
+
+    def parent(self, relpath: str) -> _Parent:
+        """(descriptor of the parent directory, final name) for a checked relpath.
+
+        A context manager: ``with cache.parent("a/b/f") as (dir_fd, name): ...``.
+        """
+        return _Parent(self, check_relpath(relpath))
 
     def open_file(self, relpath: str) -> int:
         """Open a regular file for reading without following any symlink."""
@@ -112,7 +109,14 @@ class DirCache:
     def _acquire(self, reldir: str) -> int:
         fd = self._fds.get(reldir)
         if fd is None:
-            fd = self._open(reldir)
+            if self._missing is not None and reldir in self._missing:
+                raise FileNotFoundError(errno.ENOENT, "no such directory", reldir)
+            try:
+                fd = self._open(reldir)
+            except FileNotFoundError:
+                if self._missing is not None:
+                    self._missing.add(reldir)
+                raise
             self._fds[reldir] = fd
         else:
             self._fds.move_to_end(reldir)
@@ -129,12 +133,11 @@ class DirCache:
         self._evict()
 
     def _evict(self) -> None:
-        if len(self._fds) <= self.max_open:
-            return
-        for reldir in [d for d in self._fds if d not in self._pins]:
-            os.close(self._fds.pop(reldir))
-            if len(self._fds) <= self.max_open:
+        while len(self._fds) > self.max_open:
+            victim = next((d for d in self._fds if d not in self._pins), None)  # oldest first
+            if victim is None:
                 return
+            os.close(self._fds.pop(victim))
 
     def _open(self, reldir: str) -> int:
         if reldir == "":
@@ -162,3 +165,33 @@ class DirCache:
                 raise
         finally:
             self._release(parent)
+
+
+class _Pinned:
+    """`DirCache.pinned`: a class, not a generator, because restore enters one per file."""
+
+    __slots__ = ("_cache", "_dir")
+
+    def __init__(self, cache: DirCache, reldir: str) -> None:
+        self._cache, self._dir = cache, reldir
+
+    def __enter__(self) -> int:
+        with self._cache._lock:
+            return self._cache._acquire(self._dir)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cache._lock:
+            self._cache._release(self._dir)
+
+
+class _Parent(_Pinned):
+    """`DirCache.parent`: the parent directory pinned, and the final name."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, cache: DirCache, relpath: str) -> None:
+        parent, _, self._name = relpath.rpartition("/")
+        super().__init__(cache, parent)
+
+    def __enter__(self) -> tuple[int, str]:  # type: ignore[override]
+        return super().__enter__(), self._name

@@ -18,20 +18,20 @@ in the calling thread, because forking a threaded process is unsafe.
 
 from __future__ import annotations
 
-import gc
+import errno
 import os
-import pickle
 import stat
-import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple, NoReturn
+from typing import NamedTuple
 
 import attrs
 
+from syncengine import forked
 from syncengine.index import SIG
 from syncengine.patterns import Matcher
 from syncengine.savefile import TEMP_SUFFIX
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _FRONTIER = 64  # directories to hand out before forking ...
 _EXPAND_LIMIT = 4000  # ... or entries the parent walks first, whichever comes first
 _SAMPLE = 2000  # index keys sampled to estimate where the files are
@@ -107,44 +107,58 @@ def _walk(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None
         d = stack.pop(0) if limit is not None else stack.pop()
         prefix = f"{d}/" if d else ""
         try:
-            it = os.scandir(f"{root}/{d}" if d else root)
+            # By descriptor: each entry's lstat is then relative to it (fstatat),
+            # not a walk of the whole path from the root again.
+            dir_fd = os.open(f"{root}/{d}", _DIR_FLAGS | os.O_NOFOLLOW) if d else \
+                os.open(root, _DIR_FLAGS)
         except FileNotFoundError:
             if d == "":
                 out.exists = False
             continue
         except OSError as exc:
+            if d and exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                continue  # replaced by a symlink or a file since it was listed: never followed
             out.errors.append((d or ".", exc.strerror or str(exc)))
             continue
-        with it:
-            for e in it:
-                handled += 1
-                name = e.name
-                rel = prefix + name
-                try:
-                    if e.is_dir(follow_symlinks=False):
-                        if rel not in skip and not (excluded and excluded(rel, True)):
-                            stack.append(rel)
+        try:
+            it = os.scandir(dir_fd)
+        except OSError as exc:
+            os.close(dir_fd)
+            out.errors.append((d or ".", exc.strerror or str(exc)))
+            continue
+        try:
+            with it:
+                for e in it:
+                    handled += 1
+                    name = e.name
+                    rel = prefix + name
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            if rel not in skip and not (excluded and excluded(rel, True)):
+                                stack.append(rel)
+                            continue
+                        if name.endswith(TEMP_SUFFIX) or (excluded and excluded(rel, False)):
+                            continue
+                        if not (e.is_file(follow_symlinks=False) or e.is_symlink()):
+                            out.specials.append(rel)  # FIFO, socket, device: never opened
+                            continue
+                        st = e.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # vanished while we looked: not an error
+                    except OSError as exc:
+                        out.errors.append((rel, exc.strerror or str(exc)))
                         continue
-                    if name.endswith(TEMP_SUFFIX) or (excluded and excluded(rel, False)):
-                        continue
-                    if not (e.is_file(follow_symlinks=False) or e.is_symlink()):
-                        out.specials.append(rel)  # FIFO, socket, device: never opened
-                        continue
-                    st = e.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue  # vanished while we looked: not an error
-                except OSError as exc:
-                    out.errors.append((rel, exc.strerror or str(exc)))
-                    continue
-                seen += 1
-                raw = get(rel)
-                if raw is not None:
-                    if raw[-1] == 0:  # counted only while not already marked absent
-                        known += 1
-                    if raw.startswith(pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns)):
-                        continue
-                changed.append(Seen(rel, st.st_mode, st.st_size, st.st_mtime_ns,
-                                    st.st_ctime_ns))
+                    seen += 1
+                    raw = get(rel)
+                    if raw is not None:
+                        if raw[-1] == 0:  # counted only while not already marked absent
+                            known += 1
+                        if raw.startswith(pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns)):
+                            continue
+                    changed.append(Seen(rel, st.st_mode, st.st_size, st.st_mtime_ns,
+                                        st.st_ctime_ns))
+        finally:
+            os.close(dir_fd)
     out.seen += seen
     out.known += known
     return stack if limit is not None else []
@@ -153,7 +167,7 @@ def _walk(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None
 def scan(jobs: Sequence[ScanJob], *, workers: int = 2) -> dict[str, ScanResult]:
     """Walk every job's tree and return a ScanResult per job name."""
     results = {job.name: ScanResult() for job in jobs}
-    parallel = workers > 1 and _can_fork()
+    parallel = workers > 1 and forked.can_fork()
     frontier: list[tuple[float, int, str]] = []
     for i, job in enumerate(jobs):
         if not parallel:
@@ -218,50 +232,20 @@ def _pack(frontier: list[tuple[float, int, str]], workers: int) -> list[list[tup
     return [b for b in bins if b]
 
 
-def _can_fork() -> bool:
-    return hasattr(os, "fork") and threading.active_count() == 1
-
-
 def _scan_forked(jobs: Sequence[ScanJob], shares: list[list[tuple[int, str]]],
                  results: dict[str, ScanResult]) -> None:
-    children: list[tuple[int, int, list[tuple[int, str]]]] = []
-    gc.freeze()  # children's collections then skip the inherited heap (copy-on-write)
-    try:
-        for share in shares:
-            r, wfd = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # child: walk its share, send the results, exit without cleanup
-                os.close(r)
-                _worker(jobs, share, wfd)
-            os.close(wfd)
-            children.append((pid, r, share))
-    finally:
-        gc.unfreeze()
-    for pid, r, share in children:
-        with os.fdopen(r, "rb") as f:
-            data = f.read()
-        _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) == 0 and data:
-            part = pickle.loads(data)
-            for name, res in part.items():
-                results[name].merge(res)
-        else:  # a worker failed: walk its share here, nothing is lost
-            for i, d in share:
-                _walk(jobs[i], d, results[jobs[i].name])
-
-
-def _worker(jobs: Sequence[ScanJob], share: list[tuple[int, str]], wfd: int) -> NoReturn:
-    code = 0
-    try:
+    def walk_share(share: list[tuple[int, str]]) -> dict[str, ScanResult]:
         part = {job.name: ScanResult() for job in jobs}
         for i, d in share:
             _walk(jobs[i], d, part[jobs[i].name])
-        data = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
-        with os.fdopen(wfd, "wb") as f:
-            f.write(data)
-    except BaseException:
-        code = 1
-    os._exit(code)
+        return part
+
+    for share, part in zip(shares, forked.fork_map(shares, walk_share), strict=True):
+        if part is None:  # a worker failed: walk its share here, nothing is lost
+            part = walk_share(share)
+        for name, res in part.items():
+            results[name].merge(res)
+
 
 def _hidden(job: ScanJob, rel: str) -> bool:
     """Whether a full walk would never report `rel` (excluded, internal or temp)."""

@@ -231,9 +231,11 @@ def test_timer_checkpoint_running_at_shutdown_is_waited_for(tree: Tree) -> None:
     err = Lines(proc.stderr)
     err.wait_for(lambda line: "pass-end kind=timer" in line)
     big = tree.local / "x/big.bin"
-    with open(big, "wb") as f:
+    staged = tree.base / "big.bin"  # written outside the tree, then renamed in whole: no
+    with open(staged, "wb") as f:  # pass can copy it before the one awaited below
         for _ in range(48):
             f.write(os.urandom(1 << 20))
+    staged.rename(big)
     written = time.time()
     start = err.wait_for(lambda line: "pass-start kind=timer" in line
                          and json.loads(line)["ts"] > written)
