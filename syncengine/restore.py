@@ -17,7 +17,7 @@ import stat
 from collections.abc import Generator, Iterable
 from contextlib import closing
 
-from syncengine import manifest, openfiles, savefile, segments, sqlite_restore
+from syncengine import chain, manifest, openfiles, savefile, segments, sqlite_restore
 from syncengine.checkpoint import AdapterState
 from syncengine.copier import in_order, link_hash, stream
 from syncengine.errors import DurableError, SourceError, durable_error, source_error
@@ -31,6 +31,7 @@ from syncengine.plan import (
     Reject,
     RestoreAction,
     RestoreDB,
+    keep_reason,
     plan_restore_entry,
 )
 from syncengine.report import AdapterReport, PathError
@@ -142,6 +143,9 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
             for action, result in results:
                 if isinstance(result, tuple):
                     restored.append(result)
+                elif isinstance(result, KeepLocal):  # a log: its chain is not newer
+                    counts["kept"] += 1
+                    _seed(index, result.entry)
                 else:
                     _failed(state, action.entry.path, result, errors)
             for db in databases:
@@ -205,16 +209,20 @@ def _seed(index: Index, entry: Entry) -> None:
                      hash64=entry.hash or 0, mode=entry.mode, kind=entry.kind,
                      target=entry.target, extra=entry.index_extra() or {})
     elif entry.kind == "segments":
-        segments.seed(index, entry)
+        segments.seed_kept(index, entry)
 
 
 def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache, jobs: int
              ) -> Generator[tuple[Fetch | MakeLink,
-                                  tuple[Entry, os.stat_result, int] | SourceError], None, None]:
-    def one(action: Fetch | MakeLink) -> tuple[Entry, os.stat_result, int] | SourceError:
+                                  tuple[Entry, os.stat_result, int] | KeepLocal | SourceError],
+                            None, None]:
+    def one(action: Fetch | MakeLink
+            ) -> tuple[Entry, os.stat_result, int] | KeepLocal | SourceError:
         try:
             if isinstance(action, MakeLink):
                 return _make_link(action.entry, live)
+            if action.entry.kind == "segments":
+                return _fetch_log(action.entry, live, durable)
             return _fetch(action.entry, live, durable)
         except SourceError as exc:
             return exc
@@ -224,8 +232,6 @@ def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache,
 
 def _fetch(entry: Entry, live: DirCache, durable: DirCache
            ) -> tuple[Entry, os.stat_result, int]:
-    if entry.kind == "segments":
-        return _fetch_log(entry, live, durable)
     try:
         src = durable.open_file(entry.location)
     except UnsafePath:
@@ -264,20 +270,49 @@ def _fetch(entry: Entry, live: DirCache, durable: DirCache
 
 
 def _fetch_log(entry: Entry, live: DirCache, durable: DirCache
-               ) -> tuple[Entry, os.stat_result, int]:
-    """Rebuild an append-only log from its chain; nothing is placed unless it verifies."""
+               ) -> tuple[Entry, os.stat_result, int] | KeepLocal:
+    """Rebuild an append-only log from its chain, listed here (in the copy pool, so the
+    listings of many logs overlap on a slow mount).
+
+    Returns the log as rebuilt, with the chain state the index needs, or
+    KeepLocal when the local copy is as new as the chain; nothing is placed
+    unless every object verified.
+    """
+    resolved = chain.load(durable, entry)
     try:
+        keep = _keep_local(entry, resolved, live)
+        if keep is not None:
+            return keep
         with live.parent(entry.path) as (dir_fd, name), \
                 savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
-            h = segments.reconstruct(entry, durable, tmp.write)
-            tmp.close(mode=entry.mode, mtime_ns=entry.mtime_ns)
+            def write(chunk: memoryview) -> None:
+                try:
+                    tmp.write(chunk)
+                except OSError as exc:  # the live side: this file fails, the run goes on
+                    raise source_error("write", entry.path, exc) from exc
+
+            listed = len(resolved.pieces)
+            resolved, h = chain.read(resolved, durable, write)
+            if len(resolved.pieces) < listed:  # a torn last object was left out: ask again
+                keep = _keep_local(entry, resolved, live)
+                if keep is not None:
+                    return keep
+            rebuilt = resolved.as_entry(h)
+            tmp.close(mode=entry.mode, mtime_ns=rebuilt.mtime_ns)
             tmp.publish(name, target_dir_fd=dir_fd)
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except UnsafePath:
         raise
     except OSError as exc:
         raise source_error("restore", entry.path, exc) from exc
-    return entry, st, h
+    return rebuilt, st, h
+
+
+def _keep_local(entry: Entry, resolved: chain.Chain, live: DirCache) -> KeepLocal | None:
+    """KeepLocal when the live copy of a log is as new as its chain (hot restart)."""
+    local = _local_state(live, entry.path)
+    reason = keep_reason(resolved.as_entry(), local) if local is not None else None
+    return KeepLocal(entry, reason) if reason is not None else None
 
 
 def _make_link(entry: Entry, live: DirCache) -> tuple[Entry, os.stat_result, int]:
