@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from syncengine import Engine, config_from_dict, segments
 
-LINE = b'{"type":"event","payload":"' + b"x" * 222 + b'"}\n'  # 256 bytes
+LINE = b'{"type":"event","payload":"' + b"x" * 226 + b'"}\n'  # 256 bytes
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:

@@ -3,10 +3,11 @@
 Owns the order that makes a checkpoint safe: publish every changed file as a
 closed object (in parallel, so per-file latency on the mount overlaps), flush
 the durable filesystem once, write one manifest object naming what was
-published, and only then update the local index.  If the durable side fails
-part-way, the index is not advanced, so the next pass takes the same files
-again; nothing already durable is lost.  An idle pass touches neither the
-durable side nor the index file.
+published, and only then update the local index.  A pass that only appended
+segments to logs writes no manifest object (`manifest_entries` decides).  If
+the durable side fails part-way, the index is not advanced, so the next pass
+takes the same files again; nothing already durable is lost.  An idle pass
+touches neither the durable side nor the index file.
 """
 
 from __future__ import annotations
@@ -170,14 +171,19 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
             log.info("scan.skip-special adapter=%s path=%s", state.name, other.path)
     published = [d for d in done if d.copied is None or d.copied.published]
     name = None
-    if fatal is None and published:
+    entries = manifest_entries(state.index, published, final) if fatal is None else []
+    recorded: list[Entry] = []
+    if fatal is None and (published or entries):
         try:
-            name = _write_manifest(state, published, started_ns)
+            state.store.barrier()  # what the index records next must survive a power loss
+            if entries:
+                name, recorded = _write_manifest(state, entries, started_ns)
         except DurableError as exc:
             fatal = str(exc)
             log.error("checkpoint.manifest-failed adapter=%s error=%s", state.name, exc)
     if fatal is None:
         _apply(state.index, done, started_ns)
+        segments.mark_recorded(state.index, recorded)
         failed = {e.path for e in errors}
         _record_companions(state, [c for c, base in companions if base not in failed], recent)
         if uploads:
@@ -323,18 +329,51 @@ def _entry(done: _Done) -> Entry:
 
 def index_entries(index: Index) -> Iterable[Entry]:
     """Every published entry the index knows, for a base manifest."""
-    for path, rec in index.items():
-        local = index.extras.get(path, {})
-        if local.get("_local"):
-            continue  # a companion of an unlisted database: never published
-        extra: dict[str, Any] = {k: v for k, v in local.items() if not k.startswith("_")}
-        obj = extra.pop("object", None)
-        extra.pop(segments.LOCAL, None)
-        # a snapshot's size and time differ from the live file's stat kept in the record
-        size = extra.pop("size", rec.size)
-        mtime = extra.pop("mtime_ns", rec.mtime_ns)
-        yield Entry(path, rec.kind, size, mtime, rec.mode & 0o7777, rec.hash64,
-                    target=index.links.get(path), object=obj, extra=extra)
+    for path in index.records:
+        entry = index_entry(index, path)
+        if entry is not None:
+            yield entry
+
+
+def index_entry(index: Index, path: str) -> Entry | None:
+    """The manifest entry for what the index records at `path` (None: nothing published)."""
+    rec = index.get(path)
+    local = index.extras.get(path, {})
+    if rec is None or local.get("_local") is True:
+        return None  # a companion of an unlisted database: never published
+    extra: dict[str, Any] = {k: v for k, v in local.items() if not k.startswith("_")}
+    obj = extra.pop("object", None)
+    # a snapshot's size and time differ from the live file's stat kept in the record
+    size = extra.pop("size", rec.size)
+    mtime = extra.pop("mtime_ns", rec.mtime_ns)
+    return Entry(path, rec.kind, size, mtime, rec.mode & 0o7777, rec.hash64,
+                 target=index.links.get(path), object=obj, extra=extra)
+
+
+def manifest_entries(index: Index, published: Sequence[_Done], final: bool) -> list[Entry]:
+    """Deciding: the entries this pass's manifest object lists; [] = write none.
+
+    An append to a log needs none: the segment's name places it in its chain
+    and restore finds it by listing the chain (chain.py).  Anything else (a
+    file, a link, a snapshot, a new chain) does.  When one is written, and in
+    a final checkpoint, it also lists every log whose chain grew since the
+    manifest last recorded it, so a clean stop leaves the manifest complete.
+    """
+    behind = segments.unrecorded(index)
+    needed = any(not _appended(d) for d in published) or (final and (published or behind))
+    if not needed:
+        return []
+    entries = {d.path: _entry(d) for d in published}
+    for path in behind:
+        if path not in entries:
+            entry = index_entry(index, path)
+            if entry is not None:
+                entries[path] = entry
+    return list(entries.values())
+
+
+def _appended(done: _Done) -> bool:
+    return isinstance(done.copied, segments.Logged) and done.other is None and done.copied.appended
 
 
 def write_base(state: AdapterState, entries: Iterable[Entry], now_ns: int) -> str:
@@ -351,23 +390,25 @@ def write_base(state: AdapterState, entries: Iterable[Entry], now_ns: int) -> st
     return name
 
 
-def _write_manifest(state: AdapterState, published: list[_Done], now_ns: int) -> str:
+def _write_manifest(state: AdapterState, entries: list[Entry], now_ns: int
+                    ) -> tuple[str, list[Entry]]:
+    """Write a delta (or, every `manifest.COMPACT_AFTER`, a base); return its name and what it
+    lists (a base: every entry).  The caller has flushed what the entries point at."""
     meta = state.index.meta
     seq = int(meta.get("manifest_seq", 0)) + 1
-    state.store.barrier()
     compact = not meta.get("base_seq") or int(meta.get("deltas", 0)) >= manifest.COMPACT_AFTER
     if compact:
         merged = {e.path: e for e in index_entries(state.index)}
-        merged.update((d.path, _entry(d)) for d in published)
-        name = write_base(state, merged.values(), now_ns)
+        merged.update((e.path, e) for e in entries)
+        entries = list(merged.values())
+        name = write_base(state, entries, now_ns)
     else:
-        name = manifest.write(state.store, state.name, seq, "delta",
-                              (_entry(d) for d in published), created_ns=now_ns)
+        name = manifest.write(state.store, state.name, seq, "delta", entries, created_ns=now_ns)
         meta.update(manifest_seq=seq, deltas=int(meta.get("deltas", 0)) + 1)
     state.index.changed = True
     log.info("checkpoint.manifest adapter=%s object=%s entries=%d", state.name, name,
-             len(published))
-    return name
+             len(entries))
+    return name, entries
 
 
 def _apply(index: Index, done: Iterable[_Done], started_ns: int) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import attrs
 
-from syncengine import checkpoint, probe, segments, sqlite, status
+from syncengine import chain, checkpoint, probe, segments, sqlite, status
 from syncengine.checkpoint import AdapterState
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.errors import ConfigError, DurableError, LockBusy
@@ -199,7 +199,9 @@ class Engine:
             if dry_run:
                 reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
                 continue
-            if any(isinstance(a, (Upload, Snapshot, RecordLink)) for a in actions):
+            # a final pass also records logs whose newest segments no manifest lists yet
+            if any(isinstance(a, (Upload, Snapshot, RecordLink)) for a in actions) or (
+                    final and segments.unrecorded(state.index)):
                 try:  # a run that may write: health check and probe (cached); idle runs skip it
                     caps = self._durable_ready()
                 except DurableError as exc:
@@ -315,7 +317,7 @@ class Engine:
             raise ConfigError(f"{rel} is checkpointed by adapters "
                               f"{', '.join(f[2] for f in found)}: choose one with --adapter")
         store, entry, _ = found[0]
-        return segments.export(store, entry, out)
+        return chain.export(store, entry, out)
 
     def verify(self, adapters: Sequence[str] | None = None, *, sample: float = 10.0,
                strict: bool = False, restart: bool = False, limit: int | None = None

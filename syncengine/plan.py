@@ -194,6 +194,9 @@ def plan_restore_entry(entry: Entry, local: LocalState | None, *, unsafe: str | 
 
     The rule of invariant 5: a local file that is newer than (or as new as) the
     durable copy is never overwritten; missing or older local files are filled.
+    A log's manifest entry may be behind its chain (appends are recorded by
+    their segments' names): a local copy that looks as new is compared again
+    with the chain when the restore lists it (`keep_reason` there).
     """
     if unsafe:
         return Reject(entry, unsafe)
@@ -201,14 +204,24 @@ def plan_restore_entry(entry: Entry, local: LocalState | None, *, unsafe: str | 
         return Reject(entry, f"unknown entry kind {entry.kind!r}: written by a newer syncengine?")
     if local is None:
         return MakeLink(entry, "missing") if entry.kind == "symlink" else Fetch(entry, "missing")
-    if local.kind == "other":
-        return KeepLocal(entry, "local path is a directory or special file")
-    if local.mtime_ns > entry.mtime_ns:
-        return KeepLocal(entry, "local copy is newer")
-    if local.mtime_ns == entry.mtime_ns and (entry.kind == "symlink" or local.size == entry.size):
-        return KeepLocal(entry, "same")
-    if local.mtime_ns == entry.mtime_ns:
-        return KeepLocal(entry, "same time, different size: local wins")
+    reason = keep_reason(entry, local)
+    if reason is not None and entry.kind == "segments" and local.kind != "other":
+        return Fetch(entry, f"{reason} by the manifest; its chain decides")
+    if reason is not None:
+        return KeepLocal(entry, reason)
     if entry.kind == "symlink":
         return MakeLink(entry, "local copy is older")
     return Fetch(entry, "local copy is older")
+
+
+def keep_reason(entry: Entry, local: LocalState) -> str | None:
+    """Why the local copy must stay instead of `entry` (invariant 5), or None."""
+    if local.kind == "other":
+        return "local path is a directory or special file"
+    if local.mtime_ns > entry.mtime_ns:
+        return "local copy is newer"
+    if local.mtime_ns == entry.mtime_ns and (entry.kind == "symlink" or local.size == entry.size):
+        return "same"
+    if local.mtime_ns == entry.mtime_ns:
+        return "same time, different size: local wins"
+    return None

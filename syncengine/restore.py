@@ -18,7 +18,7 @@ from collections.abc import Callable, Generator, Iterable
 from contextlib import closing
 from typing import Any
 
-from syncengine import forked, manifest, openfiles, savefile, segments, sqlite_restore
+from syncengine import chain, forked, manifest, openfiles, savefile, segments, sqlite_restore
 from syncengine.checkpoint import AdapterState
 from syncengine.copier import in_order, link_hash, stream
 from syncengine.errors import DurableError, SourceError, durable_error, source_error
@@ -32,6 +32,7 @@ from syncengine.plan import (
     Reject,
     RestoreAction,
     RestoreDB,
+    keep_reason,
     plan_restore_entry,
 )
 from syncengine.report import AdapterReport, PathError
@@ -154,6 +155,9 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
             for action, result in results:
                 if isinstance(result, tuple):
                     restored.append(result)
+                elif isinstance(result, KeepLocal):  # a log: its chain is not newer
+                    counts["kept"] += 1
+                    _seed(index, result.entry)
                 else:
                     _failed(state, action.entry.path, result, errors)
             for db in databases:
@@ -217,14 +221,15 @@ def _seed(index: Index, entry: Entry) -> None:
                      hash64=entry.hash or 0, mode=entry.mode, kind=entry.kind,
                      target=entry.target, extra=entry.index_extra() or {})
     elif entry.kind == "segments":
-        segments.seed(index, entry)
+        segments.seed_kept(index, entry)
 
 
 Done = tuple[Entry, os.stat_result, int]  # what was placed, its stat, its hash
+Outcome = Done | KeepLocal | SourceError  # KeepLocal: a log whose chain is not newer
 
 
 def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache, jobs: int
-             ) -> Generator[tuple[Fetch | MakeLink, Done | SourceError], None, None]:
+             ) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
     """Each action's outcome, in order: threads on a mount, processes on a local disk.
 
     On a mount (`jobs` > 1) copies overlap their round trips in threads.  On a
@@ -232,10 +237,12 @@ def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache,
     is split into contiguous shares of the (path-sorted) actions, one per
     core, in forked processes (syncengine.forked).
     """
-    def one(action: Fetch | MakeLink) -> Done | SourceError:
+    def one(action: Fetch | MakeLink) -> Outcome:
         try:
             if isinstance(action, MakeLink):
                 return _make_link(action.entry, live)
+            if action.entry.kind == "segments":
+                return _fetch_log(action.entry, live, durable)
             return _fetch(action.entry, live, durable)
         except SourceError as exc:
             return exc
@@ -250,20 +257,22 @@ _FORK_MIN = 1000  # fewer actions than this: a fork costs more than it saves
 _FILE_COST = 128 << 10  # a file's fixed cost (opens, rename, Python) in bytes copied
 
 
-def _execute_forked(actions: list[Fetch | MakeLink],
-                    one: Callable[[Fetch | MakeLink], Done | SourceError], n: int
-                    ) -> Generator[tuple[Fetch | MakeLink, Done | SourceError], None, None]:
-    def work(share: list[Fetch | MakeLink]) -> tuple[list[tuple[Any, Any]], str | None]:
-        out: list[tuple[Any, Any]] = []  # picklable: (stat, hash) or (operation, reason)
+def _execute_forked(actions: list[Fetch | MakeLink], one: Callable[[Fetch | MakeLink], Outcome],
+                    n: int) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
+    def work(share: list[Fetch | MakeLink]) -> tuple[list[tuple[Any, ...]], str | None]:
+        out: list[tuple[Any, ...]] = []  # picklable, see below
         for action in share:
             try:
                 result = one(action)
             except DurableError as exc:  # stops the run: report it after the rest
                 return out, str(exc)
             if isinstance(result, SourceError):
-                out.append((result.operation, result.reason))
-            else:
-                out.append((result[1], result[2]))
+                out.append(("error", result.operation, result.reason))
+            elif isinstance(result, KeepLocal):
+                out.append(("keep", result))
+            else:  # the entry only when it differs (a log rebuilt to its chain's end)
+                entry = None if result[0] is action.entry else result[0]
+                out.append(("done", entry, result[1], result[2]))
         return out, None
 
     shares = _split(actions, n)
@@ -273,10 +282,12 @@ def _execute_forked(actions: list[Fetch | MakeLink],
             done = work(share)
         results, fatal = done[0], fatal or done[1]
         for action, result in zip(share, results, strict=False):  # short after a fatal error
-            if isinstance(result[0], os.stat_result):
-                yield action, (action.entry, result[0], result[1])
+            if result[0] == "done":
+                yield action, (result[1] or action.entry, result[2], result[3])
+            elif result[0] == "keep":
+                yield action, result[1]
             else:
-                yield action, SourceError(action.entry.path, result[0], result[1])
+                yield action, SourceError(action.entry.path, result[1], result[2])
     if fatal is not None:  # after every share's results: what was placed gets recorded
         raise DurableError(fatal)
 
@@ -297,8 +308,6 @@ def _split(actions: list[Fetch | MakeLink], n: int) -> list[list[Fetch | MakeLin
 
 def _fetch(entry: Entry, live: DirCache, durable: DirCache
            ) -> tuple[Entry, os.stat_result, int]:
-    if entry.kind == "segments":
-        return _fetch_log(entry, live, durable)
     try:
         src = durable.open_file(entry.location)
     except UnsafePath:
@@ -337,20 +346,49 @@ def _fetch(entry: Entry, live: DirCache, durable: DirCache
 
 
 def _fetch_log(entry: Entry, live: DirCache, durable: DirCache
-               ) -> tuple[Entry, os.stat_result, int]:
-    """Rebuild an append-only log from its chain; nothing is placed unless it verifies."""
+               ) -> tuple[Entry, os.stat_result, int] | KeepLocal:
+    """Rebuild an append-only log from its chain, listed here (in the copy pool, so the
+    listings of many logs overlap on a slow mount).
+
+    Returns the log as rebuilt, with the chain state the index needs, or
+    KeepLocal when the local copy is as new as the chain; nothing is placed
+    unless every object verified.
+    """
+    resolved = chain.load(durable, entry)
     try:
+        keep = _keep_local(entry, resolved, live)
+        if keep is not None:
+            return keep
         with live.parent(entry.path) as (dir_fd, name), \
                 savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
-            h = segments.reconstruct(entry, durable, tmp.write)
-            tmp.close(mode=entry.mode, mtime_ns=entry.mtime_ns)
+            def write(chunk: memoryview) -> None:
+                try:
+                    tmp.write(chunk)
+                except OSError as exc:  # the live side: this file fails, the run goes on
+                    raise source_error("write", entry.path, exc) from exc
+
+            listed = len(resolved.pieces)
+            resolved, h = chain.read(resolved, durable, write)
+            if len(resolved.pieces) < listed:  # a torn last object was left out: ask again
+                keep = _keep_local(entry, resolved, live)
+                if keep is not None:
+                    return keep
+            rebuilt = resolved.as_entry(h)
+            tmp.close(mode=entry.mode, mtime_ns=rebuilt.mtime_ns)
             tmp.publish(name, target_dir_fd=dir_fd)
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except UnsafePath:
         raise
     except OSError as exc:
         raise source_error("restore", entry.path, exc) from exc
-    return entry, st, h
+    return rebuilt, st, h
+
+
+def _keep_local(entry: Entry, resolved: chain.Chain, live: DirCache) -> KeepLocal | None:
+    """KeepLocal when the live copy of a log is as new as its chain (hot restart)."""
+    local = _local_state(live, entry.path)
+    reason = keep_reason(resolved.as_entry(), local) if local is not None else None
+    return KeepLocal(entry, reason) if reason is not None else None
 
 
 def _make_link(entry: Entry, live: DirCache) -> tuple[Entry, os.stat_result, int]:

@@ -161,7 +161,9 @@ class Runner:
                      "walk" if hints is None else "events")
             lock_timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                report = self.engine.checkpoint(wait=wait, hints=hints, lock_timeout=lock_timeout)
+                # the stop pass is final: logs to their exact end, and every chain recorded
+                report = self.engine.checkpoint(wait=wait, hints=hints, lock_timeout=lock_timeout,
+                                                final=kind == "final")
             except Exception as exc:
                 self._failed(kind, taken, str(exc))
                 raise

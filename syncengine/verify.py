@@ -1,7 +1,8 @@
 """Verify: check the durable side against the manifest, trusting neither.
 
 Owns `syncengine verify`.  Per adapter: every manifest entry's object exists
-with the recorded size (for a segment chain, every object with its length;
+with the recorded size (for a segment chain, every object of the chain as
+restore resolves it, with its length;
 for a SQLite snapshot, the snapshot); a deterministic sample (seeded by the
 manifest's sequence number, so a rerun checks the same paths and
 ``sample=100`` checks all) is read back and hashed (a chain is rebuilt and
@@ -31,7 +32,7 @@ from typing import Any
 import attrs
 import xxhash
 
-from syncengine import manifest, savefile, segments, sqlite
+from syncengine import chain, manifest, savefile, sqlite
 from syncengine.copier import stream
 from syncengine.errors import DurableError, SourceError
 from syncengine.manifest import Entry
@@ -203,7 +204,7 @@ def _check_entry(store: Store, durable: DirCache, entry: Entry, state_dir: Path,
         if entry.kind == "symlink":
             return [], None  # recorded in the manifest only: no durable object
         if entry.kind == "segments":
-            return _check_chain(store, durable, entry, sample)
+            return _check_chain(store, durable, entry, sample, notes)
         if entry.kind == "file":
             return _check_file(store, durable, entry, sample)
         if entry.kind == "sqlite":
@@ -244,21 +245,23 @@ def _check_file(store: Store, durable: DirCache, entry: Entry, sample: bool
     return [], n
 
 
-def _check_chain(store: Store, durable: DirCache, entry: Entry, sample: bool
-                 ) -> tuple[list[str], int | None]:
+def _check_chain(store: Store, durable: DirCache, entry: Entry, sample: bool,
+                 notes: list[str]) -> tuple[list[str], int | None]:
+    resolved = chain.load(durable, entry)  # the objects restore would use, or SourceError
     out = []
-    pos = 0
-    for name, length in segments.chain_objects(entry):
-        problem = _size_problem(store.stat(name), length, f"segment {name}")
-        if problem:
+    for i, piece in enumerate(resolved.pieces):
+        st = store.stat(piece.name)
+        problem = _size_problem(st, piece.length, f"segment {piece.name}")
+        torn = st is not None and st.st_size < piece.length and i == len(resolved.pieces) - 1
+        if problem and torn and i >= resolved.recorded:
+            notes.append(f"{entry.path}: last segment {piece.label} is cut short and no "
+                         "manifest lists it (a killed publish): restore ends before it")
+        elif problem:
             out.append(problem)
-        pos += length
     if out or not sample:
         return out, None
-    segments.reconstruct(entry, durable, None)
-    return [], pos
-
-
+    read, _ = chain.read(resolved, durable, None)
+    return [], read.size
 def _check_sqlite(store: Store, durable: DirCache, entry: Entry, state_dir: Path
                   ) -> tuple[list[str], int | None]:
     problem = _size_problem(store.stat(entry.location), -1, f"snapshot {entry.location}")
