@@ -306,3 +306,33 @@ def test_restore_of_more_directories_than_open_files_allowed(tree: Tree, cli: Cl
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "opencode: restored 400 file(s)" in proc.stdout
     assert (tree.local / "opencode-share/opencode/storage/part/m399/p.json").read_text() == "399"
+
+
+@pytest.mark.dir_only("restore splits into processes on a local disk; on a mount it uses threads")
+def test_large_restore_split_across_processes_restores_and_records_everything(
+        tree: Tree, cli: CliRunner) -> None:
+    """1,500 files (over the fork threshold): contents, modes and mtimes come back, a
+    missing object is named, and the index knows every restored file (nothing re-uploaded)."""
+    expected = {}
+    for i in range(1500):
+        rel = f"hermes/d{i % 37:02d}/f{i:04d}.json"
+        mode = 0o600 if i % 3 else 0o644
+        expected[rel] = (f'{{"i":{i}}}' * (1 + i % 50), mode, OLD + i)
+        tree.write(rel, expected[rel][0], mode=mode, mtime_ns=OLD + i)
+    cli("checkpoint", "hermes", check=0)
+    (tree.data / "state/hermes/d04/f1114.json").unlink()  # in the second share
+    shutil.rmtree(tree.local)
+    out = cli("restore", "hermes", check=1)
+    assert "d04/f1114.json" in out.stderr and "missing on the durable side" in out.stderr
+    assert "restored 1499 file(s)" in out.stdout
+    for rel, (text, mode, mtime_ns) in expected.items():
+        path = tree.local / rel
+        if rel == "hermes/d04/f1114.json":
+            assert not path.exists()
+            continue
+        st = path.stat()
+        assert (path.read_text(), stat.S_IMODE(st.st_mode), st.st_mtime_ns) == (text, mode,
+                                                                               mtime_ns), rel
+    tree.write("hermes/d04/f1114.json", expected["hermes/d04/f1114.json"][0])
+    again = cli("checkpoint", "hermes", check=0)
+    assert "published 1 file(s)" in again.stdout and " 0 unchanged" in again.stdout, again.stdout

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from syncengine import forked
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry, decode, encode
 from syncengine.patterns import compile_patterns
@@ -123,3 +126,17 @@ def test_scan_split_follows_the_index_so_one_deep_subtree_cannot_starve_a_worker
     shares = _pack([(w, 0, d) for w, d in balanced], 2)
     sizes = [sum(1 for _, d in s if d.startswith("big/")) for s in shares]
     assert abs(sizes[0] - sizes[1]) <= 1
+
+
+def test_fork_map_runs_shares_in_children_and_reports_a_failed_child() -> None:
+    parent = os.getpid()
+
+    def work(share: list[int]) -> tuple[int, int]:
+        if share == [2] and os.getpid() != parent:
+            os._exit(3)  # this child dies: its share comes back as None
+        return os.getpid(), sum(share)
+
+    results = forked.fork_map([[1, 10], [2], [3, 4]], work)
+    assert results[0] == (parent, 11)  # the first share runs in the caller
+    assert results[1] is None
+    assert results[2] is not None and results[2][1] == 7 and results[2][0] != parent
