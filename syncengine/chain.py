@@ -43,8 +43,6 @@ import errno
 import logging
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO
 
@@ -318,6 +316,9 @@ def export(store: Store, entry: Entry, out: BinaryIO) -> int:
     The bytes go through a local temp file first, so nothing reaches `out`
     unless the whole content checked out.  Returns the number of bytes.
     """
+    import shutil  # export only
+    import tempfile
+
     with tempfile.TemporaryFile() as tmp, store.reader() as durable:
         if entry.kind == "segments":
             read(load(durable, entry), durable, tmp.write)

@@ -16,7 +16,6 @@ import os
 import stat
 import threading
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import attrs
@@ -111,6 +110,8 @@ def in_order(items: Sequence[T], work: Callable[[T], R], *, jobs: int, name: str
         for item in items:
             yield item, work(item)
         return
+    from concurrent.futures import ThreadPoolExecutor  # only where copies overlap
+
     with ThreadPoolExecutor(max_workers=min(jobs, len(items)), thread_name_prefix=name) as pool:
         futures = [(item, pool.submit(work, item)) for item in items]
         try:

@@ -22,17 +22,16 @@ import contextlib
 import fnmatch
 import logging
 import os
-import sqlite3
 import stat
-import tempfile
 import time
-import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+# sqlite3, tempfile and urllib.parse are imported in the functions that use them:
+# most checkpoint passes never open a database, and every CLI call pays for imports.
 from syncengine.copier import SQLITE_HEADER, Published, Vanished, stream, upload
 from syncengine.errors import SourceError
 from syncengine.index import DIRTY, Index
@@ -72,6 +71,7 @@ def object_name(relpath: str) -> str:
 
 def library_version() -> dict[str, Any]:
     """The SQLite library in use, and whether it has the WAL-reset bug."""
+    import sqlite3
     version = sqlite3.sqlite_version
     parts = tuple(int(p) for p in version.split(".")[:3])
     low, high = WAL_RESET_BUG
@@ -211,6 +211,7 @@ class _Locked(Exception):
 
 
 def ro_uri(path: str) -> str:
+    import urllib.parse
     return "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
 
 
@@ -219,6 +220,7 @@ def quick_check(path: str, *, readonly: bool = True, timeout: float = 2.0) -> st
 
     Raises sqlite3.Error when the file cannot be opened or is not a database.
     """
+    import sqlite3
     target = ro_uri(path) if readonly else path
     with contextlib.closing(sqlite3.connect(target, uri=readonly, timeout=timeout)) as con:
         rows = con.execute("PRAGMA quick_check").fetchall()
@@ -232,6 +234,8 @@ def check_durable_copy(durable: DirCache, relpath: str, scratch: Path
     SQLite is never opened on the mount: the snapshot is streamed into a temp
     file under `scratch` (local disk) and ``PRAGMA quick_check`` runs there.
     """
+    import sqlite3
+    import tempfile
     scratch.mkdir(parents=True, exist_ok=True)
     fd = durable.open_file(relpath)
     with os.fdopen(fd, "rb") as src, tempfile.TemporaryDirectory(dir=scratch) as tmpdir:
@@ -248,6 +252,8 @@ def check_durable_copy(durable: DirCache, relpath: str, scratch: Path
 @contextlib.contextmanager
 def staged_snapshot(db_path: str, relpath: str, opts: Options) -> Iterator[str]:
     """A validated backup of `db_path` in the local staging directory, removed afterwards."""
+    import sqlite3
+
     os.makedirs(opts.staging, mode=0o700, exist_ok=True)
     dst_path = os.fspath(opts.staging / f"{os.urandom(8).hex()}.db")
     try:
@@ -266,6 +272,7 @@ def staged_snapshot(db_path: str, relpath: str, opts: Options) -> Iterator[str]:
 
 
 def _backup(db_path: str, dst_path: str, relpath: str, timeout: float) -> None:
+    import sqlite3
     def progress(status: int, remaining: int, total: int) -> None:
         if status in _BUSY_CODES:  # the busy handler already waited `timeout`
             raise _Locked
