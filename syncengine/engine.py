@@ -8,6 +8,7 @@ and return a frozen `Report`.  Configuration arrives as a `Config` (from
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -200,18 +201,20 @@ class Engine:
                 reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
                 continue
             # a final pass also records logs whose newest segments no manifest lists yet
-            if any(isinstance(a, (Upload, Snapshot, RecordLink)) for a in actions) or (
-                    final and segments.unrecorded(state.index)):
-                try:  # a run that may write: health check and probe (cached); idle runs skip it
-                    caps = self._durable_ready()
+            may_write = any(isinstance(a, (Upload, Snapshot, RecordLink)) for a in actions) or (
+                final and segments.unrecorded(state.index))
+            if may_write and state.name in self._unseeded:
+                try:  # only now: an idle pass never reads the durable side
+                    self._prepare_store(state.store)
                 except DurableError as exc:
                     reports.append(AdapterReport(state.name, fatal=str(exc)))
                     continue
-                state.store.configure(rename_supported=caps.rename_supported,
-                                      attrs_after_close=caps.attrs_after_close)
-                if state.name in self._unseeded:  # only now: an idle pass never reads durable
-                    self._unseeded.discard(state.name)
-                    _seed_from_manifest(state)
+                self._unseeded.discard(state.name)
+                _seed_from_manifest(state)
+            else:  # health check and probe (cached) just before the first durable write: a
+                # pass that only re-checks files whose hashes still match does no mount I/O
+                state.store.before_first_write(
+                    functools.partial(self._prepare_store, state.store))
             rep = checkpoint.run(state, actions, started_ns=started, jobs=self._copy_jobs(),
                                  final=final)
             self._recheck[state.name] = _unsettled(state.index, result.changed)
@@ -278,6 +281,11 @@ class Engine:
             remote = probe.is_remote(self.config.durable_root)
             self._jobs = self.config.jobs if explicit or remote else 1
         return self._jobs
+
+    def _prepare_store(self, store: Store) -> None:
+        caps = self._durable_ready()
+        store.configure(rename_supported=caps.rename_supported,
+                        attrs_after_close=caps.attrs_after_close)
 
     def _durable_ready(self) -> probe.Capabilities:
         """Health-check the durable root and learn what it supports (once per Engine run)."""

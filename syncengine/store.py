@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -47,11 +47,27 @@ class Store:
         self._reader: DirCache | None = None
         self.rename_supported = True
         self.attrs_after_close = False
+        self._before_write: Callable[[], None] | None = None
 
     def configure(self, *, rename_supported: bool, attrs_after_close: bool) -> None:
         """Adopt what the mount probe found (see syncengine.probe)."""
         self.rename_supported = rename_supported
         self.attrs_after_close = attrs_after_close
+
+    def before_first_write(self, prepare: Callable[[], None]) -> None:
+        """Run `prepare` once, just before this store's first write (health check, probe).
+
+        A pass that only re-checks files (hashes equal: nothing to publish) then
+        does no operation on the mount at all.  If `prepare` raises, it runs
+        again before the next write.
+        """
+        self._before_write = prepare
+
+    def _writing(self) -> None:
+        prepare = self._before_write
+        if prepare is not None:
+            prepare()
+            self._before_write = None
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -73,6 +89,7 @@ class Store:
         A temp file in the staging directory; without rename support, the new
         unique object itself (`unique`: `relpath` is a unique name already).
         """
+        self._writing()
         if self.rename_supported or relpath is None:
             self._ensure_staging()
             where = self._staging
@@ -129,6 +146,7 @@ class Store:
 
     def barrier(self) -> None:
         """Make everything published so far survive a power loss (local disks)."""
+        self._writing()
         try:
             savefile.syncfs(self.root)
         except OSError as exc:
@@ -136,6 +154,7 @@ class Store:
 
     def delete(self, relpath: str) -> bool:
         """Remove one object (gc only); prune directories it leaves empty.  False: gone."""
+        self._writing()
         target = self.root / relpath
         try:
             os.unlink(target)
@@ -154,6 +173,7 @@ class Store:
 
     def rename_new(self, relpath: str, new_relpath: str) -> None:
         """Move an object (or a legacy directory: migrate only) to a name that is free."""
+        self._writing()
         try:
             savefile.rename_new(self.root / relpath, self.root / new_relpath)
         except OSError as exc:
@@ -161,6 +181,7 @@ class Store:
 
     def sweep_staging(self) -> int:
         """Remove temp objects a killed run left behind."""
+        self._writing()
         try:
             return savefile.sweep_staging(self._staging)
         except OSError as exc:

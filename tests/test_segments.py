@@ -325,7 +325,7 @@ def test_an_append_publishes_one_object_and_no_manifest(tree: Tree, engine: Engi
     final = eng.checkpoint(final=True)
     assert final.ok and final.adapters[0].manifest is not None and final.files == 0
     assert entry(tree).extra["lens"] == [1200] + [1024] * 3
-    with tree.no_durable_ops(allow=("getattr",)):
+    with tree.no_durable_ops():
         assert eng.checkpoint(final=True).adapters[0].manifest is None  # nothing left to record
     expected = path.read_bytes()
     wipe_local(tree)
