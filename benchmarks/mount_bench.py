@@ -152,14 +152,14 @@ def tree(work: Path, files: int) -> Path:
     return live
 
 
-def bench(work: Path, large: int, small: int, reps: int, sizes: list[int], peer_reps: int
-          ) -> dict[str, object]:
+def bench(work: Path, large: int, small: int, reps: int, sizes: list[int], peer_reps: int,
+          tools: tuple[str, ...] = TOOLS) -> dict[str, object]:
     rows: list[dict[str, object]] = []
-    curve: dict[str, dict[int, float]] = {t: {} for t in TOOLS}
-    for files in sorted({*sizes, large}):
+    curve: dict[str, dict[int, float]] = {t: {} for t in tools}
+    for files in sorted({*sizes, large} - {0}):
         live = tree(work, files)
         candidates = list_jsonl(live)
-        for tool in TOOLS:
+        for tool in tools:
             s = Setup(work / f"run-{files}", tool, live)
             s.reset()
             s.seed()
@@ -180,8 +180,11 @@ def bench(work: Path, large: int, small: int, reps: int, sizes: list[int], peer_
                 rows.append({"scenario": f"100 changed, {files} files", "tool": tool,
                              "median_s": statistics.median(changed), "ops": changed_ops})
             shutil.rmtree(s.dir)
+    if not small:
+        return {"rows": rows, "curve": {t: {str(k): v for k, v in c.items()}
+                                        for t, c in curve.items()}}
     live = tree(work, small)
-    for tool in TOOLS:
+    for tool in tools:
         s = Setup(work / f"full-{small}", tool, live)
         full, rest, full_ops, rest_ops = [], [], {}, {}
         for _ in range(reps if tool == "syncengine" else peer_reps):
@@ -244,11 +247,14 @@ def plot(result: dict[str, object], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--large", type=int, default=100_000, help="files for idle/changed")
-    p.add_argument("--small", type=int, default=5_000, help="files for full checkpoint/restore")
+    p.add_argument("--large", type=int, default=100_000, help="files for idle/changed (0: skip)")
+    p.add_argument("--small", type=int, default=5_000,
+                   help="files for full checkpoint/restore (0: skip)")
     p.add_argument("--sizes", default="", help="extra tree sizes for the plot, comma-separated")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--peer-reps", type=int, help="repetitions of rsync's runs (default: --reps)")
+    p.add_argument("--tools", default=",".join(TOOLS),
+                   help=f"comma-separated subset of: {', '.join(TOOLS)}")
     p.add_argument("--work", type=Path, default=Path("/tmp/syncengine-mount-bench"))
     p.add_argument("--plot", type=Path, help="write a PNG here")
     p.add_argument("--record", action="store_true", help="append to benchmarks/RESULTS.md")
@@ -260,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(x) for x in args.sizes.split(",") if x]
     t0 = time.monotonic()
     peer_reps = args.peer_reps or args.reps
-    result = bench(args.work, args.large, args.small, args.reps, sizes, peer_reps)
+    tools = tuple(t for t in TOOLS if t in args.tools.split(","))
+    result = bench(args.work, args.large, args.small, args.reps, sizes, peer_reps, tools)
     table = markdown(result, args)
     (args.work / "mount-bench.json").write_text(json.dumps(result, indent=2))
     if args.plot:
