@@ -140,3 +140,23 @@ def test_fork_map_runs_shares_in_children_and_reports_a_failed_child() -> None:
     assert results[0] == (parent, 11)  # the first share runs in the caller
     assert results[1] is None
     assert results[2] is not None and results[2][1] == 7 and results[2][0] != parent
+
+
+def test_forked_restore_redoes_the_share_of_a_child_killed_mid_way() -> None:
+    """A worker process SIGKILLed in the middle of its share: the parent copies that share
+    itself, so every action still gets exactly one outcome, in order."""
+    import signal
+
+    from syncengine import restore
+
+    parent = os.getpid()
+    actions = [Fetch(Entry(f"d/f{i}", size=10), "missing") for i in range(6)]
+
+    def one(action: Fetch) -> tuple[Entry, os.stat_result, int]:
+        if os.getpid() != parent and action.entry.path == "d/f4":
+            os.kill(os.getpid(), signal.SIGKILL)  # the child dies after doing d/f3
+        return action.entry, os.stat("/"), int(action.entry.path[-1])
+
+    out = list(restore._execute_forked(actions, one, 2))  # type: ignore[arg-type]
+    assert [a.entry.path for a, _ in out] == [a.entry.path for a in actions]
+    assert [r[2] for _, r in out] == list(range(6))  # type: ignore[index]
