@@ -18,24 +18,23 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import attrs
 
-from syncengine import chain, checkpoint, probe, segments, sqlite, status
-from syncengine.checkpoint import AdapterState
+from syncengine import probe, status
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.errors import ConfigError, DurableError, LockBusy
 from syncengine.index import DIRTY, SIG, Index, file_signature
 from syncengine.lock import StateLock
-from syncengine.manifest import load as load_manifest
-from syncengine.patterns import Matcher, compile_patterns
-from syncengine.plan import RecordLink, Snapshot, Upload, plan_checkpoint
+from syncengine.patterns import Matcher, compile_patterns, database_patterns
 from syncengine.report import AdapterReport, PathError, Report
-from syncengine.scan import ScanJob, Seen, scan, scan_paths
 from syncengine.store import Store
 
-if TYPE_CHECKING:  # the maintenance commands load only when they run
+if TYPE_CHECKING:  # imported where used: `journal record` and `status` need none of them
     from syncengine import gc as gc_
     from syncengine import migrate as migrate_
+    from syncengine import sqlite
     from syncengine import verify as verify_
+    from syncengine.checkpoint import AdapterState
     from syncengine.journal import Journal
+    from syncengine.scan import Seen
 
 log = logging.getLogger("syncengine")
 
@@ -48,7 +47,7 @@ def exclusion_patterns(spec: AdapterSpec) -> tuple[str, ...]:
     A listed database is never copied as a file: its WAL and SHM are read at
     different transaction boundaries (the SQLite adapter snapshots it instead).
     """
-    return spec.exclude + sqlite.database_patterns(spec.sqlite)
+    return spec.exclude + database_patterns(spec.sqlite)
 
 
 class Engine:
@@ -89,6 +88,8 @@ class Engine:
         return status.index_path(self.config.state_dir, name)
 
     def _state(self, spec: AdapterSpec) -> AdapterState:
+        from syncengine.checkpoint import AdapterState
+
         index = self._indexes.get(spec.name)
         if index is not None and index.file_sig != file_signature(self._index_path(spec.name)):
             # Another process (a checkpoint typed by a person) saved it since: never
@@ -110,6 +111,8 @@ class Engine:
         return state
 
     def _sqlite_options(self) -> sqlite.Options:
+        from syncengine import sqlite
+
         state_dir = self.config.state_dir
         return sqlite.Options(staging=state_dir / "sqlite-staging",
                               quarantine=state_dir / "sqlite-quarantine",
@@ -167,6 +170,10 @@ class Engine:
 
     def _checkpoint_locked(self, specs: Sequence[AdapterSpec], started: int, dry_run: bool,
                            final: bool, hints: Hints) -> list[AdapterReport]:
+        from syncengine import checkpoint, segments, sqlite
+        from syncengine.plan import RecordLink, Snapshot, Upload, plan_checkpoint
+        from syncengine.scan import ScanJob, scan, scan_paths
+
         states = []
         reports = []
         for spec in specs:
@@ -303,6 +310,9 @@ class Engine:
         Raises ConfigError when the path is unknown, SourceError when the
         durable copy is missing or corrupt; returns the bytes written.
         """
+        from syncengine import chain
+        from syncengine.manifest import load as load_manifest
+
         specs = self.config.select([adapter] if adapter else None)
         rel = path
         if os.path.isabs(path):
@@ -387,6 +397,9 @@ def _seed_from_manifest(state: AdapterState) -> None:
     uploads it only when its content differs.  This is the one time a
     checkpoint lists the durable side (the manifest directory).
     """
+    from syncengine import segments, sqlite
+    from syncengine.manifest import load as load_manifest
+
     if not state.store.exists():
         return
     manifest_state = load_manifest(state.store)

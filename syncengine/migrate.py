@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from syncengine import manifest, openfiles, sqlite
+from syncengine import manifest, openfiles
 from syncengine.config import AdapterSpec, MigrateStep
 from syncengine.copier import upload
 from syncengine.errors import DurableError, SourceError, durable_error
 from syncengine.lock import StateLock
 from syncengine.manifest import Entry
 from syncengine.openfiles import SnapshotOpen
-from syncengine.patterns import Matcher, compile_patterns
+from syncengine.patterns import Matcher, compile_patterns, database_patterns
 from syncengine.plan import Fetch, LocalState, MakeLink, plan_restore_entry
 from syncengine.store import Store
 
@@ -147,7 +147,7 @@ def _plan_unlink(engine: Engine, spec: AdapterSpec, step: MigrateStep) -> list[A
 
 
 def _db_matcher(spec: AdapterSpec) -> Matcher:
-    return compile_patterns(sqlite.database_patterns(spec.sqlite), where="sqlite")
+    return compile_patterns(database_patterns(spec.sqlite), where="sqlite")
 
 
 def _plan_copy_tree(engine: Engine, spec: AdapterSpec, step: MigrateStep, now_ns: int

@@ -36,6 +36,7 @@ from syncengine.copier import SQLITE_HEADER, Published, Vanished, stream, upload
 from syncengine.errors import SourceError
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
+from syncengine.patterns import COMPANIONS
 from syncengine.plan import Snapshot
 from syncengine.safepath import DirCache
 from syncengine.savefile import TEMP_SUFFIX
@@ -43,13 +44,6 @@ from syncengine.store import Store
 
 log = logging.getLogger("syncengine")
 
-COMPANIONS = ("-wal", "-shm", "-journal")
-
-
-def database_patterns(globs: Sequence[str]) -> tuple[str, ...]:
-    """Anchored exclusion patterns for listed databases and their companions: a
-    listed database is never copied as a file (snapshotted instead)."""
-    return tuple(f"/{g.lstrip('/')}{suffix}" for g in globs for suffix in ("", *COMPANIONS))
 CHECKPOINT_DIR = "checkpoints"
 WAL_RESET_BUG = ((3, 7, 0), (3, 51, 2))  # fixed in 3.51.3
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from syncengine import probe, savefile, sqlite
+from syncengine import probe, savefile
 from syncengine.config import Config
 from syncengine.index import Index
 from syncengine.patterns import Matcher
@@ -98,7 +98,7 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
         "config": shown,
         "durable_probe": _probe_status(cfg.state_dir, cfg.durable_root),
         "restore": read_json(cfg.state_dir / "restore.json") or None,
-        "sqlite": sqlite.library_version(),
+        "sqlite": _sqlite_version(),
         "daemon": daemon or None,
         "adapters": adapters,
     }
@@ -144,3 +144,9 @@ def _probe_status(state_dir: Path, root: Path) -> dict[str, Any] | None:
     if caps is None:
         return None
     return {**cached, "summary": caps.describe(), "rename_supported": caps.rename_supported}
+
+
+def _sqlite_version() -> dict[str, Any]:
+    from syncengine import sqlite  # its module is heavy; status is the only user here
+
+    return sqlite.library_version()
