@@ -372,10 +372,8 @@ class Engine:
     def writable_store(self, root: Path) -> Store:
         """A Store under the durable root that publishes the way the mount supports
         (probed once per Engine; a mount without rename gets unique objects)."""
-        caps = self._durable_ready()
         store = Store(root)
-        store.configure(rename_supported=caps.rename_supported,
-                        attrs_after_close=caps.attrs_after_close)
+        self._prepare_store(store)
         return store
 
     # -- status ----------------------------------------------------------
