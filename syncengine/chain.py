@@ -39,7 +39,6 @@ side; names are opened through a `DirCache`, never following a symlink.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
@@ -59,7 +58,6 @@ log = logging.getLogger("syncengine")
 SEG_DIR = f"{META_DIR}/segments"
 LOCAL = "_local"  # index.extras key for local-only chain state (never in the manifest)
 _NAME = re.compile(r"(\d{8,})-(\d{12,})-(\d{12,})(?:-([0-9a-f]{16})-(-?\d+))?\.seg\Z")
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def chain_dir(relpath: str, chain: str) -> str:
@@ -153,23 +151,9 @@ def list_pieces(durable: DirCache, entry: Entry) -> list[Piece]:
     """The parsed names in the entry's chain directory (one listing; [] if there is none)."""
     reldir = chain_dir(entry.path, chain_of(entry)[0])
     try:
-        with durable.parent(reldir) as (dir_fd, name):
-            fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    except UnsafePath:
-        raise
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise UnsafePath(reldir, "list", "passes through a symlink or a file; refused"
-                             ) from exc
-        raise durable_error("list", f"{durable.root}/{reldir}", exc) from exc
-    try:
-        names = os.listdir(fd)
+        names = durable.listdir(reldir)
     except OSError as exc:
         raise durable_error("list", f"{durable.root}/{reldir}", exc) from exc
-    finally:
-        os.close(fd)
     return [p for p in (parse(reldir, n) for n in names) if p is not None]
 
 

@@ -94,6 +94,18 @@ class DirCache:
         """
         return _Parent(self, check_relpath(relpath))
 
+    def listdir(self, reldir: str) -> list[str]:
+        """Names in directory `reldir`, reached without following symlinks ([] if missing).
+
+        The listing reads through the cached descriptor's offset: two threads must
+        not list the same directory at once (each log lists only its own chain).
+        """
+        try:
+            with self.pinned(check_relpath(reldir)) as fd:
+                return os.listdir(fd)
+        except FileNotFoundError:
+            return []
+
     def open_file(self, relpath: str) -> int:
         """Open a regular file for reading without following any symlink."""
         with self.parent(relpath) as (dir_fd, name):
