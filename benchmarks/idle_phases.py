@@ -1,4 +1,4 @@
-"""Where an idle checkpoint's time goes: imports, index load, walk, missing-file check.
+"""Where an idle checkpoint's time goes: imports, index and table load, walk, missing check.
 
     python benchmarks/idle_phases.py --config CFG [--runs 3]
 
@@ -18,10 +18,11 @@ import sys, time
 marks = [("start", time.perf_counter())]
 import syncengine.cli  # noqa: F401  (what `syncengine checkpoint` imports)
 marks.append(("imports", time.perf_counter()))
-from syncengine import checkpoint
+from syncengine import checkpoint, tablewalk
 from syncengine.config import load_config
 from syncengine.engine import Engine
 from syncengine.scan import ScanJob, scan
+marks.append(("lazy imports", time.perf_counter()))
 cfg = load_config(sys.argv[1])
 eng = Engine(cfg)
 marks.append(("config", time.perf_counter()))
@@ -29,10 +30,15 @@ spec = cfg.adapters[0]
 state = eng._state(spec)
 marks.append(("index load", time.perf_counter()))
 job = ScanJob(state.name, str(state.live), eng._matchers[state.name], state.index.records,
-              eng.skip_dirs(spec))
+              eng.skip_dirs(spec), recent_ns=time.time_ns() - checkpoint.GRANULARITY_NS)
+job = tablewalk.with_table(job, tablewalk.load_table(state.index_path, job, state.index))
+marks.append(("table load" if job.table else "no table", time.perf_counter()))
 result = scan([job], workers=2)[state.name]
 marks.append(("walk (2 workers)", time.perf_counter()))
-checkpoint.find_missing(state, result)
+if result.gone is None:
+    checkpoint.find_missing(state, result)
+else:
+    checkpoint.missing_among(state, result.gone)
 marks.append(("missing check", time.perf_counter()))
 print(" | ".join(f"{b} {1000 * (t1 - t0):.0f} ms" for (_, t0), (b, t1) in zip(marks, marks[1:]))
       + f" | total {1000 * (marks[-1][1] - marks[0][1]):.0f} ms, changed {len(result.changed)}")

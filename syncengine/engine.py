@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # imported where used: `journal record` and `status` need non
     from syncengine import verify as verify_
     from syncengine.checkpoint import AdapterState
     from syncengine.journal import Journal
-    from syncengine.scan import Seen
+    from syncengine.scan import ScanJob, Seen
 
 log = logging.getLogger("syncengine")
 
@@ -168,11 +168,23 @@ class Engine:
             self._write_status(report)
         return report
 
+    def _scan_jobs(self, states: Sequence[AdapterState], started: int) -> list[ScanJob]:
+        """One walk job per adapter, with its directory table when it has a valid one."""
+        from syncengine import checkpoint, tablewalk
+        from syncengine.scan import ScanJob
+
+        recent = started - checkpoint.GRANULARITY_NS  # directories changed since: list again
+        jobs = [ScanJob(s.name, os.fspath(s.live), self._matchers[s.name], s.index.records,
+                        self.skip_dirs(self.config.adapter(s.name)), recent_ns=recent)
+                for s in states]
+        return [tablewalk.with_table(j, tablewalk.load_table(s.index_path, j, s.index))
+                for j, s in zip(jobs, states, strict=True)]
+
     def _checkpoint_locked(self, specs: Sequence[AdapterSpec], started: int, dry_run: bool,
                            final: bool, hints: Hints) -> list[AdapterReport]:
-        from syncengine import checkpoint, segments, sqlite
+        from syncengine import checkpoint, segments, sqlite, tablewalk
         from syncengine.plan import RecordLink, Snapshot, Upload, plan_checkpoint
-        from syncengine.scan import ScanJob, scan, scan_paths
+        from syncengine.scan import scan, scan_paths
 
         states = []
         reports = []
@@ -181,15 +193,14 @@ class Engine:
                 states.append(self._state(spec))
             except DurableError as exc:
                 reports.append(AdapterReport(spec.name, fatal=str(exc)))
-        jobs = [ScanJob(s.name, os.fspath(s.live), self._matchers[s.name], s.index.records,
-                        self.skip_dirs(self.config.adapter(s.name))) for s in states]
+        jobs = self._scan_jobs(states, started)
         full = [j for j in jobs if hints.get(j.name) is None]
         results = scan(full, workers=self.scan_workers) if full else {}
         for job in jobs:
             paths = hints.get(job.name)
             if paths is not None:
                 results[job.name] = scan_paths(job, set(paths) | self._recheck.get(job.name, set()))
-        for state in states:
+        for state, job in zip(states, jobs, strict=True):
             t0 = time.monotonic()
             result = results[state.name]
             for path, reason in result.errors:
@@ -197,6 +208,7 @@ class Engine:
             if not result.exists:
                 reports.append(AdapterReport(state.name))
                 continue
+            scanned = checkpoint.walk_coverage(state, result)
             if result.gone is None:
                 missing = checkpoint.find_missing(state, result)
             else:
@@ -224,6 +236,7 @@ class Engine:
                     functools.partial(self._prepare_store, state.store))
             rep = checkpoint.run(state, actions, started_ns=started, jobs=self._copy_jobs(),
                                  final=final)
+            tablewalk.keep_table(state.index_path, job, state.index, result, scanned)
             self._recheck[state.name] = _unsettled(state.index, result.changed)
             scan_errors = tuple(
                 PathError(state.name, p, "scan", r) for p, r in result.errors)

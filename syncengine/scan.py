@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 import attrs
 
-from syncengine import forked
+from syncengine import dirtable, forked
+from syncengine.dirtable import GONE, UNKNOWN, DirTable, DirWalk
 from syncengine.index import SIG
 from syncengine.patterns import Matcher
 from syncengine.savefile import TEMP_SUFFIX
@@ -58,13 +59,20 @@ class Seen(NamedTuple):
 
 @attrs.frozen
 class ScanJob:
-    """One tree to walk: root, exclusions, the index records to compare against."""
+    """One tree to walk: root, exclusions, the index records to compare against.
+
+    With `recent_ns` the walk also takes each listed directory's signature
+    (for the directory table); with a `table` as well, it lists only the
+    directories whose signature changed.
+    """
 
     name: str
     root: str
     matcher: Matcher
     records: Mapping[str, bytes]
     skip_dirs: frozenset[str] = frozenset()
+    recent_ns: int | None = None
+    table: DirTable | None = None
 
 
 @attrs.define
@@ -77,7 +85,8 @@ class ScanResult:
     specials: list[str] = attrs.field(factory=list)
     errors: list[tuple[str, str]] = attrs.field(factory=list)
     exists: bool = True
-    gone: list[str] | None = None  # partial scan: hinted paths that no longer exist
+    gone: list[str] | None = None  # partial or table-driven scan: indexed paths now missing
+    walk: DirWalk | None = None  # what the walk learned about directories
 
     def merge(self, other: ScanResult) -> None:
         self.changed.extend(other.changed)
@@ -85,16 +94,29 @@ class ScanResult:
         self.known += other.known
         self.specials.extend(other.specials)
         self.errors.extend(other.errors)
+        if other.gone is not None:
+            self.gone = (self.gone or []) + other.gone
+        if other.walk is not None:
+            if self.walk is None:
+                self.walk = DirWalk()
+            self.walk.merge(other.walk)
 
 
-def _walk(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None) -> list[str]:
+def walk_listing(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None,
+                 skip_known: set[str] | None = None) -> list[str]:
     """Walk `start` depth-first; with `limit`, stop after that many entries and
     return the directories not yet entered (the frontier).
+
+    With `skip_known` (re-listing a directory the table says changed),
+    directories in it are not entered and indexed paths are not looked at: the
+    table-driven walk checks those itself.  Only what is new is reported.
 
     The loop body runs once per file of every tree on every pass: it keeps to
     local names, the DirEntry's cached type, and one ``lstat`` per file.
     """
     root, records, skip = job.root, job.records, job.skip_dirs
+    sigs = out.walk.listed if out.walk is not None else None
+    recent = job.recent_ns or 0
     excluded = job.matcher.excluded if job.matcher else None
     pack = SIG.pack
     get = records.get
@@ -114,16 +136,25 @@ def _walk(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None
         except FileNotFoundError:
             if d == "":
                 out.exists = False
+            if sigs is not None:
+                sigs[d] = GONE
             continue
         except OSError as exc:
+            if sigs is not None:  # a directory that could not be listed is tried again
+                sigs[d] = GONE if exc.errno in (errno.ELOOP, errno.ENOTDIR) else UNKNOWN
             if d and exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 continue  # replaced by a symlink or a file since it was listed: never followed
             out.errors.append((d or ".", exc.strerror or str(exc)))
             continue
         try:
+            if sigs is not None:  # taken before reading: a later change moves it
+                st = os.fstat(dir_fd)
+                sigs[d] = dirtable.dir_sig(st.st_ino, st.st_mtime_ns, st.st_ctime_ns, recent)
             it = os.scandir(dir_fd)
         except OSError as exc:
             os.close(dir_fd)
+            if sigs is not None:
+                sigs[d] = UNKNOWN
             out.errors.append((d or ".", exc.strerror or str(exc)))
             continue
         try:
@@ -134,7 +165,8 @@ def _walk(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None
                     rel = prefix + name
                     try:
                         if e.is_dir(follow_symlinks=False):
-                            if rel not in skip and not (excluded and excluded(rel, True)):
+                            if rel not in skip and not (excluded and excluded(rel, True)) \
+                                    and (skip_known is None or rel not in skip_known):
                                 stack.append(rel)
                             continue
                         if name.endswith(TEMP_SUFFIX) or (excluded and excluded(rel, False)):
@@ -142,6 +174,10 @@ def _walk(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None
                         if not (e.is_file(follow_symlinks=False) or e.is_symlink()):
                             out.specials.append(rel)  # FIFO, socket, device: never opened
                             continue
+                        if skip_known is not None:
+                            raw = get(rel)
+                            if raw is not None and raw[-1] == 0:
+                                continue  # indexed: the table-driven walk lstats it
                         st = e.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue  # vanished while we looked: not an error
@@ -165,22 +201,37 @@ def _walk(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None
 
 
 def scan(jobs: Sequence[ScanJob], *, workers: int = 2) -> dict[str, ScanResult]:
-    """Walk every job's tree and return a ScanResult per job name."""
-    results = {job.name: ScanResult() for job in jobs}
+    """Walk every job's tree and return a ScanResult per job name.
+
+    A job with a directory table is walked by `tablewalk` (lists only the
+    directories that changed); the others are listed whole.
+    """
+    results = {job.name: _result(job) for job in jobs}
     parallel = workers > 1 and forked.can_fork()
+    if any(job.table is not None for job in jobs):
+        from syncengine import tablewalk  # here: it builds on this module
+
+        tablewalk.scan([j for j in jobs if j.table is not None], results,
+                       workers if parallel else 1)
+        jobs = [j for j in jobs if j.table is None]
     frontier: list[tuple[float, int, str]] = []
     for i, job in enumerate(jobs):
         if not parallel:
-            _walk(job, "", results[job.name])
+            walk_listing(job, "", results[job.name])
             continue
-        rest = _walk(job, "", results[job.name], limit=_EXPAND_LIMIT)
+        rest = walk_listing(job, "", results[job.name], limit=_EXPAND_LIMIT)
         frontier.extend((w, i, d) for w, d in _balance(job, rest, results[job.name], workers))
     if len(frontier) < 2:
         for _, i, d in frontier:
-            _walk(jobs[i], d, results[jobs[i].name])
+            walk_listing(jobs[i], d, results[jobs[i].name])
         return results
     _scan_forked(jobs, _pack(frontier, workers), results)
     return results
+
+
+def _result(job: ScanJob) -> ScanResult:
+    """An empty result; it collects directory signatures when the job asks for them."""
+    return ScanResult(walk=DirWalk() if job.recent_ns is not None else None)
 
 
 def _weights(records: Mapping[str, bytes], dirs: list[str]) -> dict[str, float]:
@@ -215,7 +266,7 @@ def _balance(job: ScanJob, frontier: list[str], out: ScanResult, workers: int
             break
         for d in heavy:
             del weight[d]
-            for sub in _walk(job, d, out, limit=1):  # one listing: its files, then subdirs
+            for sub in walk_listing(job, d, out, limit=1):  # one listing: its files, then subdirs
                 weight[sub] = 1.0
         weight = _weights(job.records, list(weight))
     return [(w, d) for d, w in weight.items()]
@@ -235,9 +286,9 @@ def _pack(frontier: list[tuple[float, int, str]], workers: int) -> list[list[tup
 def _scan_forked(jobs: Sequence[ScanJob], shares: list[list[tuple[int, str]]],
                  results: dict[str, ScanResult]) -> None:
     def walk_share(share: list[tuple[int, str]]) -> dict[str, ScanResult]:
-        part = {job.name: ScanResult() for job in jobs}
+        part = {job.name: _result(job) for job in jobs}
         for i, d in share:
-            _walk(jobs[i], d, part[jobs[i].name])
+            walk_listing(jobs[i], d, part[jobs[i].name])
         return part
 
     for share, part in zip(shares, forked.fork_map(shares, walk_share), strict=True):
@@ -256,6 +307,11 @@ def _hidden(job: ScanJob, rel: str) -> bool:
         if d in job.skip_dirs or (matcher and matcher.excluded(d, True)):
             return True
     return rel in job.skip_dirs or parts[-1].endswith(TEMP_SUFFIX)
+
+
+def reported(job: ScanJob, rel: str) -> bool:
+    """Whether a full walk would report `rel` if it were a file (not excluded or internal)."""
+    return not (_hidden(job, rel) or (job.matcher and job.matcher.excluded(rel, False)))
 
 
 def scan_paths(job: ScanJob, paths: Iterable[str]) -> ScanResult:
@@ -290,7 +346,7 @@ def scan_paths(job: ScanJob, paths: Iterable[str]) -> ScanResult:
         if stat.S_ISDIR(mode):
             if not (job.matcher and job.matcher.excluded(rel, True)):
                 walked.append(rel)
-                _walk(job, rel, out)
+                walk_listing(job, rel, out)
             continue
         if job.matcher and job.matcher.excluded(rel, False):
             continue

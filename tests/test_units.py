@@ -105,7 +105,7 @@ def test_scan_split_follows_the_index_so_one_deep_subtree_cannot_starve_a_worker
     """The frontier is split where the index says the files are, then bin-packed."""
     from pathlib import Path
 
-    from syncengine.scan import ScanJob, ScanResult, _balance, _pack, _walk
+    from syncengine.scan import ScanJob, ScanResult, _balance, _pack, walk_listing
 
     root = Path(str(tmp_path))
     for i in range(3):  # three small siblings ...
@@ -120,7 +120,7 @@ def test_scan_split_follows_the_index_so_one_deep_subtree_cannot_starve_a_worker
         records[f"big/storage/part/m{i}/p.json"] = b""
     job = ScanJob("t", str(root), compile_patterns([]), records)
     out = ScanResult()
-    frontier = _walk(job, "", out, limit=1)  # the root's subdirectories only
+    frontier = walk_listing(job, "", out, limit=1)  # the root's subdirectories only
     balanced = _balance(job, frontier, out, workers=2)
     assert len(balanced) > 100  # the deep directory was split down to its members
     shares = _pack([(w, 0, d) for w, d in balanced], 2)

@@ -1,0 +1,282 @@
+"""The directory table: an idle walk lists no directory, and never misses a change.
+
+The engine here runs with a clock 10 s ahead, so the directories the tests
+just created are outside the timestamp-granularity window and their
+signatures are trusted (with the real clock they would be listed again until
+they are 2 s old, which is the rule that keeps a same-tick change visible).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from syncengine import Engine, checkpoint, tablewalk
+from syncengine.index import Index
+from syncengine.scan import ScanResult, scan
+from tests.conftest import EngineFactory, Tree
+from tests.helpers import files
+
+pytestmark = pytest.mark.dir_only("the directory table is local state; the durable side is "
+                                  "exercised by every other checkpoint test")
+
+RAW = {"adapters": [], "adapter": [
+    {"name": "t", "live": "t", "durable": "state/t", "exclude": ["*.tmp", "cache/"]}]}
+AHEAD_NS = 10 * 10**9
+
+
+@pytest.fixture
+def ahead(engine: EngineFactory) -> Engine:
+    """The adapter `t`, walked in this process (no fork), with its clock 10 s ahead."""
+    return Engine(engine(RAW).config, clock=lambda: time.time_ns() + AHEAD_NS, scan_workers=1)
+
+
+@pytest.fixture
+def listings(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """Every directory the walk lists (os.scandir still runs: this only records)."""
+    seen: list[Any] = []
+    real = os.scandir
+
+    def spy(path: Any = ".") -> Any:
+        seen.append(path)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", spy)
+    yield seen
+
+
+def _live(tree: Tree) -> Path:
+    return tree.local / "t"
+
+
+def _durable(tree: Tree) -> dict[str, bytes]:
+    return files(tree.data / "state" / "t")
+
+
+def _expected(tree: Tree) -> dict[str, bytes]:
+    """What the durable tree must hold for every regular live file (not excluded)."""
+    out = {}
+    root = _live(tree)
+    for dirpath, dirnames, names in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        dirnames[:] = [d for d in dirnames if d != "cache"]
+        for name in names:
+            path = Path(dirpath) / name
+            if name.endswith(".tmp") or not stat.S_ISREG(path.lstat().st_mode):
+                continue
+            out[os.path.normpath(f"{rel_dir}/{name}")] = path.read_bytes()
+    return out
+
+
+def _write(path: Path, data: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data)
+
+
+def _seed(tree: Tree) -> None:
+    live = _live(tree)
+    for d in ("a/b/c", "a/d", "e", "f/g/h/i"):
+        for k in range(3):
+            _write(live / d / f"f{k}.jsonl", f"{d} {k}\n")
+    _write(live / "cache" / "x", "excluded dir\n")
+    _write(live / "a" / "scratch.tmp", "excluded file\n")
+    (live / "empty").mkdir()
+
+
+def test_an_idle_pass_lists_no_directory(tree: Tree, ahead: Engine, listings: list[Any]
+                                         ) -> None:
+    _seed(tree)
+    ahead.checkpoint()  # first pass: lists everything and builds the table
+    assert tablewalk.table_path(tree.state / "index" / "t.idx").exists()
+    listings.clear()
+    report = ahead.checkpoint()
+    assert listings == [], "an idle pass listed directories"
+    assert report.adapters[0].files == 0
+    # A new file in a directory that holds no indexed file, and one in a new
+    # nested directory: only the directories whose signature moved are listed.
+    _write(_live(tree) / "empty" / "new.jsonl", "found\n")
+    _write(_live(tree) / "a" / "b" / "c" / "n1" / "n2" / "deep.jsonl", "deep\n")
+    listings.clear()
+    ahead.checkpoint()
+    assert len(listings) == 4  # empty/, a/b/c/, and the two new directories
+    assert _durable(tree) == _expected(tree)
+
+
+def test_a_directory_replaced_by_a_symlink_is_never_followed(tree: Tree, ahead: Engine,
+                                                             tmp_path: Path) -> None:
+    _seed(tree)
+    ahead.checkpoint()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f0.jsonl").write_text("secret from outside the tree\n")
+    shutil.rmtree(_live(tree) / "a" / "d")
+    (_live(tree) / "a" / "d").symlink_to(outside)
+    ahead.checkpoint()
+    index = Index.load(tree.state / "index" / "t.idx")
+    assert index is not None
+    rec = index.get("a/d/f0.jsonl")
+    assert rec is not None and rec.absent == 1  # missing in the tree, not read via the link
+    assert index.get("a/d") is not None and index.get("a/d").kind == "symlink"  # type: ignore[union-attr]
+    assert _durable(tree)["a/d/f0.jsonl"] == b"a/d 0\n"  # the old copy, not the outside file
+
+
+def test_changed_exclusions_make_the_table_stale(tree: Tree, engine: EngineFactory) -> None:
+    _seed(tree)
+    clock = lambda: time.time_ns() + AHEAD_NS  # noqa: E731
+    Engine(engine(RAW).config, clock=clock, scan_workers=1).checkpoint()
+    raw = {"adapters": [], "adapter": [dict(RAW["adapter"][0], exclude=["*.tmp", "cache/", "e/"])]}
+    narrower = Engine(engine(raw).config, clock=clock, scan_workers=1)
+    _write(_live(tree) / "e" / "f0.jsonl", "changed after e/ was excluded\n")
+    narrower.checkpoint()
+    assert _durable(tree)["e/f0.jsonl"] == b"e 0\n"  # an excluded path is not published
+
+
+def test_a_torn_or_foreign_table_is_ignored(tree: Tree, ahead: Engine, listings: list[Any]
+                                            ) -> None:
+    _seed(tree)
+    ahead.checkpoint()
+    idx = tree.state / "index" / "t.idx"
+    table = tablewalk.table_path(idx)
+    table.write_bytes(table.read_bytes()[:-5])  # torn: fails its checksum
+    _write(_live(tree) / "e" / "new.jsonl", "new\n")
+    listings.clear()
+    ahead.checkpoint()
+    assert len(listings) > 5, "a torn table was trusted"
+    assert _durable(tree) == _expected(tree)
+    # The index saved by something else (a copy has a new inode): the table is stale.
+    shutil.copy2(idx, tree.state / "copy")
+    os.replace(tree.state / "copy", idx)
+    _write(_live(tree) / "f" / "g" / "new.jsonl", "new\n")
+    listings.clear()
+    ahead.checkpoint()
+    assert len(listings) > 5, "a table of another index file was trusted"
+    assert _durable(tree) == _expected(tree)
+
+
+# -- the walk with a table decides exactly what the full listing decides --------
+
+
+def _both(eng: Engine) -> tuple[ScanResult, ScanResult, Any]:
+    spec = eng.config.adapter("t")
+    state = eng._state(spec)
+    [job] = eng._scan_jobs([state], eng.clock())
+    full = scan([attrs.evolve(job, table=None)], workers=1)["t"]
+    fast = scan([job], workers=2)["t"]  # forks when this process has one thread
+    return full, fast, (state, job)
+
+
+def _decisions(state: Any, result: ScanResult) -> tuple[Any, ...]:
+    missing = (checkpoint.find_missing(state, result) if result.gone is None
+               else checkpoint.missing_among(state, result.gone))
+    return (sorted(s.path for s in result.changed), sorted(missing), sorted(result.specials),
+            sorted(result.errors))
+
+
+def _mutate(rng: random.Random, root: Path, outside: Path, step: str, decide_only: bool) -> str:
+    dirs = [Path(d) for d, _, _ in os.walk(root)]
+    regular = [Path(d) / n for d, _, names in os.walk(root) for n in names
+               if (Path(d) / n).is_file() and not (Path(d) / n).is_symlink()]
+    d = rng.choice(dirs)
+    ops = ["new", "nested", "append", "delete", "rename", "rmdir", "mkdir", "dir-to-link",
+           "fifo", "excluded", "chmod", "touch", "file-to-link", "mvdir"]
+    op = rng.choice([*ops, "file-to-dir"] if decide_only else ops)
+    if op == "new":
+        _write(d / f"n{step}.jsonl", f"new {step}\n")
+    elif op == "nested":
+        _write(d / f"d{step}" / "x" / f"n{step}.jsonl", f"nested {step}\n")
+    elif op == "mkdir":
+        (d / f"e{step}").mkdir()
+    elif op == "excluded":
+        _write(d / f"n{step}.tmp", "excluded\n")
+    elif op == "fifo":
+        os.mkfifo(d / f"p{step}")
+    elif op == "dir-to-link" and d != root:
+        shutil.rmtree(d)
+        d.symlink_to(outside)
+    elif op == "mvdir" and d != root and not (root / f"moved{step}").exists():
+        d.rename(root / f"moved{step}")
+    elif op == "rmdir" and d != root:
+        shutil.rmtree(d)
+    elif regular:
+        f = rng.choice(regular)
+        if op == "append":
+            with open(f, "a") as fh:
+                fh.write(f"more {step}\n")
+        elif op == "delete":
+            f.unlink()
+        elif op == "rename":
+            f.rename(f.with_name(f"r{step}-{f.name}"))
+        elif op == "file-to-dir":
+            f.unlink()
+            _write(f / "inner.jsonl", f"was a file {step}\n")
+        elif op == "file-to-link":
+            f.unlink()
+            f.symlink_to("/etc/passwd")
+        elif op == "chmod":
+            f.chmod(0o600)
+        elif op == "touch":
+            os.utime(f)
+    return op
+
+
+def _difference(got: tuple[Any, ...], want: tuple[Any, ...]) -> str:
+    parts = ("changed", "missing", "specials", "errors")
+    return "; ".join(f"{name}: with the table only {sorted(set(a) - set(b))}, "
+                     f"without only {sorted(set(b) - set(a))}"
+                     for name, a, b in zip(parts, got, want, strict=True) if a != b)
+
+
+def test_recently_changed_directories_are_listed_again(tree: Tree, engine: EngineFactory,
+                                                        listings: list[Any]) -> None:
+    """Within the timestamp granularity of the pass start a directory's signature is
+    not trusted: a change in the same clock tick as the walk is never missed."""
+    _seed(tree)
+    now = Engine(engine(RAW).config, scan_workers=1)  # the real clock: all just created
+    now.checkpoint()
+    listings.clear()
+    now.checkpoint()
+    assert len(listings) == 11  # every directory but the excluded cache/
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4] if not os.environ.get("FISH") else range(4, 80))
+def test_random_changes_are_decided_as_a_full_listing_would(tree: Tree, ahead: Engine,
+                                                            tmp_path: Path, seed: int) -> None:
+    """Each step: the same decisions with and without the table, then a checkpoint
+    after which every live file is durable.  (A file replaced by a directory of
+    the same name cannot be published over its durable copy, which is kept: that
+    step is only taken with seed 4, which checks decisions only.)"""
+    decide_only = seed == 4
+    rng = random.Random(seed)
+    _seed(tree)
+    outside = tmp_path / "outside"
+    _write(outside / "f0.jsonl", "outside\n")
+    ahead.checkpoint()
+    ahead.checkpoint()
+    used = []
+    unlisted = 0  # directories the table spared a listing: what makes the comparison count
+    for step in range(30):
+        used += [_mutate(rng, _live(tree), outside, f"{step}-{i}", decide_only)
+                 for i in range(rng.randint(1, 4))]
+        if rng.random() < 0.3:  # a watcher-driven pass in between (the daemon's way)
+            live = sorted(_expected(tree))
+            ahead.checkpoint(hints={"t": set(rng.sample(live, min(len(live), 3)))})
+        full, fast, (state, job) = _both(ahead)
+        assert job.table is not None, "the pass before left no valid table"
+        assert fast.walk is not None and full.walk is not None
+        unlisted += len(full.walk.listed) - len(fast.walk.listed)
+        got, want = _decisions(state, fast), _decisions(state, full)
+        assert got == want, f"step {step}: {used[-4:]}: {_difference(got, want)}"
+        report = ahead.checkpoint()
+        if not decide_only:
+            assert report.ok, f"step {step}: {used[-4:]}"
+            assert _durable(tree).items() >= _expected(tree).items(), f"step {step}: {used[-4:]}"
+    assert unlisted > 100
