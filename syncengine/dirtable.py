@@ -126,6 +126,11 @@ def rebase(old: DirTable | None, walk: DirWalk | None, keys: Sequence[str],
     `unwalked`.  `unwalked`, when given, replaces the old set for the keys
     before `unwalked_upto` (a full walk decided those).
     """
+    if specials is None:
+        specials = old.specials if old is not None else ()
+    if (old is not None and unwalked is None and walk is not None and walk.order is not None
+            and len(keys) == old.nkeys):
+        return _same_keys(old, walk, specials, index_sig, fp)
     by_dir: dict[str, int] = {}
     if old is not None:
         if walk is not None and walk.order is not None:  # this pass's signatures
@@ -142,9 +147,26 @@ def rebase(old: DirTable | None, walk: DirWalk | None, keys: Sequence[str],
     skip.update(k for k in keys[start:] if hidden(k))
     new = array("Q", (by_dir.pop(d, UNKNOWN) for d in derive(keys)))
     extras = {d: s for d, s in by_dir.items() if s != GONE}
-    if specials is None:
-        specials = old.specials if old is not None else ()
     return DirTable(index_sig, fp, len(keys), new, extras, frozenset(skip), tuple(specials))
+
+
+def _same_keys(old: DirTable, walk: DirWalk, specials: Sequence[str],
+               index_sig: tuple[int, int, int], fp: str) -> DirTable:
+    """`rebase` when the pass added no path (files only changed): the order stands."""
+    assert walk.order is not None
+    sigs = array("Q", walk.fresh)
+    extras = dict(old.extras)
+    if walk.listed:
+        pos = {d: i for i, d in enumerate(walk.order)}
+        for d, s in walk.listed.items():
+            i = pos.get(d)
+            if i is not None:
+                sigs[i] = s
+            elif s == GONE:
+                extras.pop(d, None)
+            else:
+                extras[d] = s
+    return DirTable(index_sig, fp, old.nkeys, sigs, extras, old.unwalked, tuple(specials))
 
 
 def load(path: str | os.PathLike[str], index_sig: tuple[int, int, int] | None,

@@ -262,7 +262,7 @@ def test_random_changes_are_decided_as_a_full_listing_would(tree: Tree, ahead: E
     ahead.checkpoint()
     ahead.checkpoint()
     used = []
-    unlisted = 0  # directories the table spared a listing: what makes the comparison count
+    unlisted = total = 0  # directories the table spared a listing: what makes this count
     for step in range(30):
         used += [_mutate(rng, _live(tree), outside, f"{step}-{i}", decide_only)
                  for i in range(rng.randint(1, 4))]
@@ -273,10 +273,11 @@ def test_random_changes_are_decided_as_a_full_listing_would(tree: Tree, ahead: E
         assert job.table is not None, "the pass before left no valid table"
         assert fast.walk is not None and full.walk is not None
         unlisted += len(full.walk.listed) - len(fast.walk.listed)
+        total += len(full.walk.listed)
         got, want = _decisions(state, fast), _decisions(state, full)
         assert got == want, f"step {step}: {used[-4:]}: {_difference(got, want)}"
         report = ahead.checkpoint()
         if not decide_only:
             assert report.ok, f"step {step}: {used[-4:]}"
             assert _durable(tree).items() >= _expected(tree).items(), f"step {step}: {used[-4:]}"
-    assert unlisted > 100
+    assert unlisted > total // 3, (unlisted, total)
