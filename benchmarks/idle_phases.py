@@ -18,7 +18,7 @@ import sys, time
 marks = [("start", time.perf_counter())]
 import syncengine.cli  # noqa: F401  (what `syncengine checkpoint` imports)
 marks.append(("imports", time.perf_counter()))
-from syncengine import checkpoint, tablewalk
+from syncengine import checkpoint, missing, tablewalk
 from syncengine.config import load_config
 from syncengine.engine import Engine
 from syncengine.scan import ScanJob, scan
@@ -36,9 +36,9 @@ marks.append(("table load" if job.table else "no table", time.perf_counter()))
 result = scan([job], workers=2)[state.name]
 marks.append(("walk (2 workers)", time.perf_counter()))
 if result.gone is None:
-    checkpoint.find_missing(state, result)
+    missing.find_missing(state, result)
 else:
-    checkpoint.missing_among(state, result.gone)
+    missing.missing_among(state, result.gone)
 marks.append(("missing check", time.perf_counter()))
 print(" | ".join(f"{b} {1000 * (t1 - t0):.0f} ms" for (_, t0), (b, t1) in zip(marks, marks[1:]))
       + f" | total {1000 * (marks[-1][1] - marks[0][1]):.0f} ms, changed {len(result.changed)}")

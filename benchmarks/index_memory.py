@@ -37,7 +37,7 @@ import tracemalloc
 import uuid
 from collections.abc import Callable, Iterator, Sized
 from concurrent.futures import ProcessPoolExecutor
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tree_plan import CATEGORIES
 
@@ -218,11 +218,43 @@ def _has_index() -> str:
     return ""
 
 
+def measure_table(n: int) -> dict[str, float]:
+    """The directory table for the same ``n`` entries: what a walk holds beside the index.
+
+    Retained: one 8-byte signature per directory (kept between passes in the
+    ``.dirs`` file, loaded per walk).  Transient, during a walk: the key and
+    record lists the workers slice, and the directories' order derived from
+    the keys (path strings).
+    """
+    from array import array
+
+    from syncengine import dirtable
+
+    idx: Any = build_index(n)
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    keys, vals = list(idx.records), list(idx.records.values())
+    order = dirtable.derive(keys)
+    sigs = array("Q", bytes(8 * len(order)))
+    walk_mb = (tracemalloc.get_traced_memory()[0] - base) / 2**20
+    peak_mb = (tracemalloc.get_traced_memory()[1] - base) / 2**20
+    dirs = len(order)
+    del keys, vals, order
+    gc.collect()
+    kept_mb = (tracemalloc.get_traced_memory()[0] - base) / 2**20
+    tracemalloc.stop()
+    del sigs
+    return {"directories": dirs, "retained_mb": kept_mb, "walk_mb": walk_mb, "peak_mb": peak_mb}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Measure the memory of syncengine's change index.")
     p.add_argument("--n", type=int, default=1_000_000, help="entries (1000000)")
     p.add_argument("--reference", action="store_true", help="also measure a dict of tuples")
     p.add_argument("--json", help="write the numbers to this file")
+    p.add_argument("--table", action="store_true",
+                   help="also measure the directory table (retained and during a walk)")
     args = p.parse_args(argv)
     why = _has_index()
     if why:
@@ -233,6 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         results[name].update(measure_traced(BUILDERS[name], args.n))
     print(_table(args.n, results))
+    if args.table:
+        t = measure_table(args.n)
+        results["directory table"] = t
+        print(f"\nDirectory table for the same entries: {t['directories']:,.0f} directories; "
+              f"retained {t['retained_mb']:.1f} MB; during a walk {t['walk_mb']:.1f} MB more "
+              f"(keys, records and the derived order; tracemalloc peak {t['peak_mb']:.1f} MB)")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"n": args.n, "python": sys.version.split()[0], "results": results}, fh)

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,6 @@ from syncengine.plan import (
     Upload,
 )
 from syncengine.report import AdapterReport, PathError
-from syncengine.scan import ScanResult
 from syncengine.store import Store
 
 log = logging.getLogger("syncengine")
@@ -53,7 +51,6 @@ log = logging.getLogger("syncengine")
 # A file whose mtime is this close to the scan start may still change within
 # the same timestamp tick: publish it but look again next pass (borg files cache).
 GRANULARITY_NS = 2_000_000_000
-_ABSENT_CAP = 255
 
 
 @attrs.define
@@ -80,87 +77,6 @@ class _Done:
     other: Published | None = None  # an entry of another kind (a SQLite snapshot)
     link_target: str | None = None
     link_sig: tuple[int, int, int, int] | None = None
-
-
-def _listed(index: Index) -> list[str]:
-    """Databases the adapter lists: never scanned as files (the sqlite module watches them)."""
-    return [p for p in index.extras if sqlite.is_listed(index, p)]
-
-
-def walk_coverage(state: AdapterState, scan: ScanResult) -> dict[str, Any]:
-    """What the directory table needs to know of a walk before the pass changes the index:
-    how many keys there were, and whether the walk saw every present path but the
-    listed databases (then those are the only paths a walk never reports)."""
-    index = state.index
-    listed = _listed(index)
-    return {"nkeys": len(index.records), "listed": listed,
-            "complete": scan.known >= index.present_count() - len(listed)}
-
-
-def find_missing(state: AdapterState, scan: ScanResult) -> list[str]:
-    """Published paths not present in the live tree this pass."""
-    index = state.index
-    listed = _listed(index)  # never scanned
-    need_lstat = scan.known < index.present_count() - len(listed)
-    if not need_lstat and not index.absent:
-        return []  # every published path was seen: nothing to look up (the idle case)
-    changed = {s.path for s in scan.changed}
-    skip = set(listed)
-    real_dir = _real_dirs(state.live)
-    out: list[str] = []
-    for path, raw in index.records.items():
-        absent = raw[-1]
-        if path in skip:
-            continue
-        if absent:
-            if absent < _ABSENT_CAP and path not in changed:
-                out.append(path)
-        elif need_lstat and path not in changed:
-            if not real_dir(path.rpartition("/")[0]):
-                out.append(path)  # its directory is gone, or a symlink now: never followed
-                continue
-            try:
-                if stat.S_ISDIR(os.lstat(state.live / path).st_mode):
-                    out.append(path)  # a directory now: the published file is gone
-            except FileNotFoundError:
-                out.append(path)
-            except OSError:
-                pass
-    return out
-
-
-def _real_dirs(live: Path) -> Callable[[str], bool]:
-    """Whether a relative directory is a directory all the way down (no symlink), cached."""
-    known: dict[str, bool] = {"": True}
-
-    def real_dir(rel: str) -> bool:
-        ok = known.get(rel)
-        if ok is None:
-            try:
-                ok = real_dir(rel.rpartition("/")[0]) and stat.S_ISDIR(
-                    os.lstat(live / rel).st_mode)
-            except OSError:
-                ok = False
-            known[rel] = ok
-        return ok
-
-    return real_dir
-
-
-def missing_among(state: AdapterState, gone: Sequence[str]) -> list[str]:
-    """Published paths absent after a partial (hinted) scan: only the hinted ones.
-
-    A hinted path the index does not know may be a directory that was removed
-    or moved away: the published paths under it are missing too (one pass over
-    the index, only in that case).
-    """
-    records = state.index.records
-    out = [p for p in gone if p in records and records[p][-1] < _ABSENT_CAP]
-    prefixes = tuple(p + "/" for p in gone if p not in records)
-    if prefixes:
-        out.extend(p for p, raw in records.items()
-                   if p.startswith(prefixes) and raw[-1] < _ABSENT_CAP)
-    return out
 
 
 def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns: int,

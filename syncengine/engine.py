@@ -183,6 +183,7 @@ class Engine:
     def _checkpoint_locked(self, specs: Sequence[AdapterSpec], started: int, dry_run: bool,
                            final: bool, hints: Hints) -> list[AdapterReport]:
         from syncengine import checkpoint, segments, sqlite, tablewalk
+        from syncengine import missing as missing_mod
         from syncengine.plan import RecordLink, Snapshot, Upload, plan_checkpoint
         from syncengine.scan import scan, scan_paths
 
@@ -208,11 +209,11 @@ class Engine:
             if not result.exists:
                 reports.append(AdapterReport(state.name))
                 continue
-            scanned = checkpoint.walk_coverage(state, result)
+            scanned = missing_mod.walk_coverage(state, result)
             if result.gone is None:
-                missing = checkpoint.find_missing(state, result)
+                missing = missing_mod.find_missing(state, result)
             else:
-                missing = checkpoint.missing_among(state, result.gone)
+                missing = missing_mod.missing_among(state, result.gone)
             idle = segments.idle_chains(state.index, started) if state.segments else frozenset()
             actions = plan_checkpoint(result, state.index, missing, idle) + tuple(
                 sqlite.plan_databases(state.live, state.sqlite_patterns, state.index))

@@ -314,6 +314,11 @@ def reported(job: ScanJob, rel: str) -> bool:
     return not (_hidden(job, rel) or (job.matcher and job.matcher.excluded(rel, False)))
 
 
+def entered(job: ScanJob, rel: str) -> bool:
+    """Whether a full walk would list directory `rel` (it and its parents not excluded)."""
+    return rel == "" or not (_hidden(job, rel) or (job.matcher and job.matcher.excluded(rel, True)))
+
+
 def scan_paths(job: ScanJob, paths: Iterable[str]) -> ScanResult:
     """Look only at `paths` (hints from a file watcher), not the whole tree.
 

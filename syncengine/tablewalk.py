@@ -35,7 +35,7 @@ from syncengine import dirtable, forked
 from syncengine import scan as scan_mod
 from syncengine.dirtable import GONE, UNKNOWN, DirTable, DirWalk
 from syncengine.index import SIG, Index
-from syncengine.scan import ScanJob, ScanResult, Seen, reported, walk_listing
+from syncengine.scan import ScanJob, ScanResult, Seen, entered, reported, walk_listing
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _Prep = tuple[ScanJob, list[str], list[str], list[bytes]]
@@ -95,7 +95,8 @@ def _walk_share(prep: _Prep, w: int, workers: int, out: ScanResult) -> None:
         relist = _check_dirs(job, order, _slice(len(order), w, workers), rfd, out)
         if w == 0:
             relist += _check_extras(job, rfd, out)
-        if relist:
+        relist = [d for d in relist if entered(job, d)]  # an indexed path may sit in an
+        if relist:                                       # excluded one: never list that
             known = set(order)
             known.update(job.table.extras)
             for d in relist:

@@ -20,8 +20,9 @@ from typing import Any
 import attrs
 import pytest
 
-from syncengine import Engine, checkpoint, tablewalk
+from syncengine import Engine, tablewalk
 from syncengine.index import Index
+from syncengine.missing import find_missing, missing_among
 from syncengine.scan import ScanResult, scan
 from tests.conftest import EngineFactory, Tree
 from tests.helpers import files
@@ -138,6 +139,11 @@ def test_changed_exclusions_make_the_table_stale(tree: Tree, engine: EngineFacto
     _write(_live(tree) / "e" / "f0.jsonl", "changed after e/ was excluded\n")
     narrower.checkpoint()
     assert _durable(tree)["e/f0.jsonl"] == b"e 0\n"  # an excluded path is not published
+    # e/ still holds indexed paths, so the table keeps its signature; a file
+    # created there moves it, and the directory is still never listed.
+    _write(_live(tree) / "e" / "new.jsonl", "in an excluded directory\n")
+    narrower.checkpoint()
+    assert "e/new.jsonl" not in _durable(tree)
 
 
 def test_a_torn_or_foreign_table_is_ignored(tree: Tree, ahead: Engine, listings: list[Any]
@@ -175,8 +181,8 @@ def _both(eng: Engine) -> tuple[ScanResult, ScanResult, Any]:
 
 
 def _decisions(state: Any, result: ScanResult) -> tuple[Any, ...]:
-    missing = (checkpoint.find_missing(state, result) if result.gone is None
-               else checkpoint.missing_among(state, result.gone))
+    missing = (find_missing(state, result) if result.gone is None
+               else missing_among(state, result.gone))
     return (sorted(s.path for s in result.changed), sorted(missing), sorted(result.specials),
             sorted(result.errors))
 
