@@ -39,6 +39,17 @@ class SourceError(SyncEngineError):
         self.reason = reason
 
 
+class PathConflict(SourceError):
+    """The durable side keeps another kind of entry where one path must go (a file
+    where a directory is needed, or the reverse): that path is skipped, the run
+    continues and ends incomplete.  Deletions are never propagated, so a local
+    file replaced by a directory of the same name (or the reverse) meets its old
+    durable copy."""
+
+
+_CONFLICTS = (errno.ENOTDIR, errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST)
+
+
 class DurableError(SyncEngineError):
     """The durable side failed (read-only, full, gone): the run stops."""
 
@@ -76,6 +87,19 @@ def _advice(exc: OSError) -> str:
 def durable_error(operation: str, path: str | os.PathLike[str], exc: OSError) -> DurableError:
     """Translate an OSError on the durable side into a run-stopping error."""
     return DurableError(f"{operation} {os.fspath(path)}: {_describe(exc)}{_advice(exc)}")
+
+
+def publish_error(relpath: str, target: str | os.PathLike[str], exc: OSError
+                  ) -> PathConflict | DurableError:
+    """Translate a failed rename into place: a conflict of kinds is this path's
+    problem only; anything else stops the run."""
+    if exc.errno not in _CONFLICTS:
+        return durable_error("publish", target, exc)
+    return PathConflict(relpath, "publish", (
+        f"the durable side keeps a file where this path needs a directory, or a directory "
+        f"where it needs a file ({_describe(exc)}): a deleted local path stays durable. To "
+        f"publish this path, move the old entry under {os.fspath(target)} aside, or exclude "
+        "this path"))
 
 
 def source_error(operation: str, path: str, exc: OSError) -> SourceError:

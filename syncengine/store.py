@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from syncengine import savefile
-from syncengine.errors import durable_error
+from syncengine.errors import durable_error, publish_error
 from syncengine.safepath import DirCache
 
 META_DIR = ".syncengine"
@@ -131,7 +131,7 @@ class Store:
                 os.makedirs(target.parent, mode=0o755, exist_ok=True)
                 tmp.publish(os.fspath(target))
         except OSError as exc:
-            raise durable_error("publish", target, exc) from exc
+            raise publish_error(relpath, target, exc) from exc
         return None
 
     def put_bytes(self, relpath: str, data: bytes, *, mode: int = 0o644) -> None:

@@ -301,3 +301,32 @@ def test_version_published_by_an_interrupted_run_is_not_trusted_away(
     shutil.rmtree(tree.local / CODEX)
     assert eng.restore().ok
     assert (tree.local / CODEX / "h.json").read_bytes() == b"AAAA"
+
+
+def test_a_path_whose_durable_copy_is_of_another_kind_is_reported_and_the_rest_goes_on(
+        tree: Tree, cli: CliRunner) -> None:
+    """Deletions are not propagated, so a file replaced by a directory of the same
+    name (or the reverse) meets its old durable copy: that path fails with a
+    message that says what to do, every other file is still published."""
+    tree.write(f"{CODEX}/memo.md", "a file\n")
+    tree.write(f"{CODEX}/notes/n1.md", "in a directory\n")
+    cli("checkpoint", check=0)
+    (tree.local / CODEX / "memo.md").unlink()
+    tree.write(f"{CODEX}/memo.md/inner.md", "now a directory\n")
+    shutil.rmtree(tree.local / CODEX / "notes")
+    tree.write(f"{CODEX}/notes", "now a file\n")
+    tree.write(f"{CODEX}/other.md", "published anyway\n")
+    out = cli("checkpoint", check=1)
+    assert "memo.md/inner.md" in out.stderr and "move the old entry" in out.stderr
+    assert "notes" in out.stderr
+    durable = files(tree.data / DUR)
+    assert durable["other.md"] == b"published anyway\n"
+    assert durable["memo.md"] == b"a file\n" and durable["notes/n1.md"] == b"in a directory\n"
+    # Once the old entries are moved aside, the paths are published.
+    (tree.data / "aside").mkdir()
+    shutil.move(tree.data / DUR / "memo.md", tree.data / "aside" / "memo.md")
+    shutil.move(tree.data / DUR / "notes", tree.data / "aside" / "notes")
+    cli("checkpoint", check=0)
+    durable = files(tree.data / DUR)
+    assert durable["memo.md/inner.md"] == b"now a directory\n"
+    assert durable["notes"] == b"now a file\n"

@@ -258,8 +258,9 @@ def test_random_changes_are_decided_as_a_full_listing_would(tree: Tree, ahead: E
                                                             tmp_path: Path, seed: int) -> None:
     """Each step: the same decisions with and without the table, then a checkpoint
     after which every live file is durable.  (A file replaced by a directory of
-    the same name cannot be published over its durable copy, which is kept: that
-    step is only taken with seed 4, which checks decisions only.)"""
+    the same name cannot be published over its durable copy, which is kept: a
+    PathConflict, see test_checkpoint.  That step is only taken with seed 4,
+    which checks decisions only.)"""
     decide_only = seed == 4
     rng = random.Random(seed)
     _seed(tree)
