@@ -18,6 +18,7 @@ import sys, time
 marks = [("start", time.perf_counter())]
 import syncengine.cli  # noqa: F401  (what `syncengine checkpoint` imports)
 marks.append(("imports", time.perf_counter()))
+import attrs
 from syncengine import checkpoint, missing, tablewalk
 from syncengine.config import load_config
 from syncengine.engine import Engine
@@ -31,7 +32,7 @@ state = eng._state(spec)
 marks.append(("index load", time.perf_counter()))
 job = ScanJob(state.name, str(state.live), eng._matchers[state.name], state.index.records,
               eng.skip_dirs(spec), recent_ns=time.time_ns() - checkpoint.GRANULARITY_NS)
-job = tablewalk.with_table(job, tablewalk.load_table(state.index_path, job, state.index))
+job = attrs.evolve(job, table=tablewalk.load_table(state.index_path, job, state.index))
 marks.append(("table load" if job.table else "no table", time.perf_counter()))
 result = scan([job], workers=2)[state.name]
 marks.append(("walk (2 workers)", time.perf_counter()))

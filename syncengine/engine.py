@@ -177,7 +177,7 @@ class Engine:
         jobs = [ScanJob(s.name, os.fspath(s.live), self._matchers[s.name], s.index.records,
                         self.skip_dirs(self.config.adapter(s.name)), recent_ns=recent)
                 for s in states]
-        return [tablewalk.with_table(j, tablewalk.load_table(s.index_path, j, s.index))
+        return [attrs.evolve(j, table=tablewalk.load_table(s.index_path, j, s.index))
                 for j, s in zip(jobs, states, strict=True)]
 
     def _checkpoint_locked(self, specs: Sequence[AdapterSpec], started: int, dry_run: bool,
@@ -209,7 +209,8 @@ class Engine:
             if not result.exists:
                 reports.append(AdapterReport(state.name))
                 continue
-            scanned = missing_mod.walk_coverage(state, result)
+            # a full listing rebuilds the directory table: what it saw, before the pass
+            scanned = missing_mod.walk_coverage(state, result) if job.table is None else None
             if result.gone is None:
                 missing = missing_mod.find_missing(state, result)
             else:

@@ -242,12 +242,13 @@ def load_table(index_path: Path, job: ScanJob, index: Index) -> DirTable | None:
 
 
 def keep_table(index_path: Path, job: ScanJob, index: Index, result: ScanResult,
-               scanned: dict[str, Any]) -> None:
+               scanned: dict[str, Any] | None) -> None:
     """Save the table that goes with the index as it is now, after a pass.
 
-    `scanned` is what the engine noted right after the walk, before the pass
-    changed the index: ``nkeys``, and ``complete`` (the walk saw every present
-    path except listed databases, so those are the only ones it never reports).
+    `scanned` (after a full listing) is what the engine noted right after the
+    walk, before the pass changed the index: ``nkeys``, ``listed`` and
+    ``complete`` (the walk saw every present path except the listed databases,
+    so those are the only ones a walk never reports).
     Nothing is written when nothing changed (an idle pass writes nothing).
     """
     if index.file_sig is None:
@@ -270,6 +271,7 @@ def keep_table(index_path: Path, job: ScanJob, index: Index, result: ScanResult,
             return  # idle: nothing to write
         new = dirtable.rebase(old, walk, keys, hidden, result.specials, index.file_sig, fp)
     else:
+        assert scanned is not None, "a full listing's coverage is noted before the pass"
         n = scanned["nkeys"]
         unwalked = scanned["listed"] if scanned["complete"] else [
             k for k, raw in list(index.records.items())[:n] if raw[-1] == 0 and hidden(k)]
@@ -290,6 +292,3 @@ def _relist_unrecorded(index: Index, result: ScanResult, walk: DirWalk) -> None:
     for path, _ in result.errors:
         walk.listed[path.rpartition("/")[0]] = UNKNOWN
 
-
-def with_table(job: ScanJob, table: DirTable | None) -> ScanJob:
-    return attrs.evolve(job, table=table)
