@@ -31,7 +31,7 @@ from syncengine.copier import (
     link_hash,
     upload,
 )
-from syncengine.errors import DurableError, SourceError
+from syncengine.errors import DurableError, NameTaken, SourceError
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
 from syncengine.patterns import Matcher
@@ -128,11 +128,18 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     name = None
     entries = manifest_entries(state.index, published, final) if fatal is None else []
     recorded: list[Entry] = []
+    behind = False
     if fatal is None and (published or entries):
         try:
             state.store.barrier()  # what the index records next must survive a power loss
             if entries:
                 name, recorded = _write_manifest(state, entries, started_ns)
+        except NameTaken as exc:  # another writer, or an older copy of the state dir
+            behind = True
+            fatal = (f"{exc}: this adapter's local index is behind the durable manifest "
+                     "(another writer on the same durable root, or an older copy of the "
+                     "state dir); it is rebuilt from the manifest on the next pass")
+            log.error("checkpoint.manifest-behind adapter=%s error=%s", state.name, fatal)
         except DurableError as exc:
             fatal = str(exc)
             log.error("checkpoint.manifest-failed adapter=%s error=%s", state.name, exc)
@@ -145,7 +152,9 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
             _finish_staging(state)
     else:  # keep verified-equal results; published ones are taken again next pass
         _apply(state.index, [d for d in done if d.copied and not d.copied.published], started_ns)
-    if state.index.changed:
+    if behind:  # never continue from it: the next pass seeds a new one from the manifest
+        state.index_path.unlink(missing_ok=True)
+    elif state.index.changed:
         state.index.save(state.index_path)
     copied = [d.copied for d in published if d.copied is not None]
     return AdapterReport(

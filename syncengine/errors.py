@@ -56,6 +56,11 @@ class DurableError(SyncEngineError):
     exit_code = 1
 
 
+class NameTaken(DurableError):
+    """An object meant to be new (a manifest name, used once) already exists: this
+    writer's sequence is behind what the durable side holds."""
+
+
 class LockBusy(SyncEngineError):
     """Another checkpoint or restore holds the state directory lock."""
 

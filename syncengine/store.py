@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from syncengine import savefile
-from syncengine.errors import durable_error, publish_error
+from syncengine.errors import NameTaken, durable_error, publish_error
 from syncengine.safepath import DirCache
 
 META_DIR = ".syncengine"
@@ -135,7 +135,13 @@ class Store:
         return None
 
     def put_bytes(self, relpath: str, data: bytes, *, mode: int = 0o644) -> None:
-        """Publish `data` as one closed object at `relpath`, a name used once (manifests)."""
+        """Publish `data` as one closed object at `relpath`, a name used once (manifests).
+
+        One lookup first: an object already there is never replaced (NameTaken).
+        """
+        if self.stat(relpath) is not None:
+            raise NameTaken(f"write {self.root / relpath}: an object of that name already "
+                            "exists, and this name is written once")
         with self.staged(mode, relpath, unique=True) as tmp:
             try:
                 tmp.write(data)

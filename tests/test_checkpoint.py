@@ -330,3 +330,31 @@ def test_a_path_whose_durable_copy_is_of_another_kind_is_reported_and_the_rest_g
     durable = files(tree.data / DUR)
     assert durable["memo.md/inner.md"] == b"now a directory\n"
     assert durable["notes"] == b"now a file\n"
+
+
+def test_an_older_copy_of_the_state_dir_never_overwrites_a_manifest_object(
+        tree: Tree, cli: CliRunner) -> None:
+    """A state dir put back from an older copy (a VM or volume snapshot) names the
+    next manifest object after its own last one, which the durable side already
+    holds: that object is never replaced; the index is rebuilt from the manifest
+    and the next pass publishes what differs."""
+    tree.write(f"{CODEX}/a.md", "a1\n")
+    tree.write(f"{CODEX}/b.md", "b1\n")
+    cli("checkpoint", check=0)
+    shutil.copytree(tree.state, tree.base / "old-state")
+    tree.write(f"{CODEX}/a.md", "a2\n")
+    cli("checkpoint", check=0)
+    manifest_dir = tree.data / DUR / ".syncengine" / "manifest"
+    before = {p.name: p.read_bytes() for p in manifest_dir.iterdir()}
+    shutil.rmtree(tree.state)
+    shutil.copytree(tree.base / "old-state", tree.state)
+    tree.write(f"{CODEX}/b.md", "b2\n")
+    out = cli("checkpoint", check=1)
+    assert "already exists" in out.stderr and "rebuilt from the manifest" in out.stderr
+    after = {p.name: p.read_bytes() for p in manifest_dir.iterdir()}
+    assert {k: after[k] for k in before} == before  # nothing replaced
+    cli("checkpoint", check=0)
+    shutil.rmtree(tree.local / CODEX)
+    cli("restore", check=0)
+    assert (tree.local / CODEX / "a.md").read_text() == "a2\n"
+    assert (tree.local / CODEX / "b.md").read_text() == "b2\n"
