@@ -5,9 +5,10 @@ Owns the incremental walk of a tree whose directory table is valid (see
 loading it for the saved index, and keeping it in step after the pass.
 
 An idle pass over 100,000 files in 20,000 directories then makes one
-``fstatat`` per directory and one per indexed file, and lists nothing: about
-a third fewer system calls than listing every directory (which ``find`` must
-do).  What the listing would have found is found another way:
+``fstatat`` per directory and one per indexed file, and lists nothing:
+122,600 system calls in all, against 322,700 when every directory is listed
+(open, getdents twice, close; ``find`` must do the same) (``strace -c -f``).
+What the listing would have found is found another way:
 
 - a changed or new file that is indexed: its own ``lstat``;
 - a new file, directory or special file: its directory's signature moved, so
