@@ -81,7 +81,12 @@ class _Done:
 
 def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns: int,
         jobs: int, final: bool = False) -> AdapterReport:
-    """Carry out a checkpoint plan for one adapter and return what happened."""
+    """Carry out a checkpoint plan for one adapter and return what happened.
+
+    Raises NameTaken, after dropping the index file, when the durable manifest
+    already holds the object this index would write next (the caller rebuilds
+    the index from the manifest).
+    """
     done: list[_Done] = []
     errors: list[PathError] = []
     counts = {"unchanged": 0, "skipped": 0}
@@ -128,18 +133,20 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     name = None
     entries = manifest_entries(state.index, published, final) if fatal is None else []
     recorded: list[Entry] = []
-    behind = False
     if fatal is None and (published or entries):
         try:
             state.store.barrier()  # what the index records next must survive a power loss
             if entries:
                 name, recorded = _write_manifest(state, entries, started_ns)
-        except NameTaken as exc:  # another writer, or an older copy of the state dir
-            behind = True
-            fatal = (f"{exc}: this adapter's local index is behind the durable manifest "
-                     "(another writer on the same durable root, or an older copy of the "
-                     "state dir); it is rebuilt from the manifest on the next pass")
-            log.error("checkpoint.manifest-behind adapter=%s error=%s", state.name, fatal)
+        except NameTaken:  # the manifest is ahead of this index: never continue from it
+            state.index_path.unlink(missing_ok=True)
+            if trust_hashes:
+                # Only this pass renamed versions into place unrecorded, and their local
+                # files still hold what was copied: against an index rebuilt from the
+                # manifest they differ (taken again) or match (durable is that content).
+                # Hashes stay trustworthy; no need to copy every file again.
+                _finish_staging(state)
+            raise
         except DurableError as exc:
             fatal = str(exc)
             log.error("checkpoint.manifest-failed adapter=%s error=%s", state.name, exc)
@@ -152,9 +159,7 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
             _finish_staging(state)
     else:  # keep verified-equal results; published ones are taken again next pass
         _apply(state.index, [d for d in done if d.copied and not d.copied.published], started_ns)
-    if behind:  # never continue from it: the next pass seeds a new one from the manifest
-        state.index_path.unlink(missing_ok=True)
-    elif state.index.changed:
+    if state.index.changed:
         state.index.save(state.index_path)
     copied = [d.copied for d in published if d.copied is not None]
     return AdapterReport(

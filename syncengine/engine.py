@@ -20,7 +20,7 @@ import attrs
 
 from syncengine import probe, status
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
-from syncengine.errors import ConfigError, DurableError, LockBusy
+from syncengine.errors import ConfigError, DurableError, LockBusy, NameTaken
 from syncengine.index import DIRTY, SIG, Index, file_signature
 from syncengine.lock import StateLock
 from syncengine.patterns import Matcher, compile_patterns, database_patterns
@@ -181,7 +181,8 @@ class Engine:
                 for j, s in zip(jobs, states, strict=True)]
 
     def _checkpoint_locked(self, specs: Sequence[AdapterSpec], started: int, dry_run: bool,
-                           final: bool, hints: Hints) -> list[AdapterReport]:
+                           final: bool, hints: Hints, *, rebuilt: bool = False
+                           ) -> list[AdapterReport]:
         from syncengine import checkpoint, segments, sqlite, tablewalk
         from syncengine import missing as missing_mod
         from syncengine.plan import RecordLink, Snapshot, Upload, plan_checkpoint
@@ -236,8 +237,24 @@ class Engine:
                 # pass that only re-checks files whose hashes still match does no mount I/O
                 state.store.before_first_write(
                     functools.partial(self._prepare_store, state.store))
-            rep = checkpoint.run(state, actions, started_ns=started, jobs=self._copy_jobs(),
-                                 final=final)
+            try:
+                rep = checkpoint.run(state, actions, started_ns=started,
+                                     jobs=self._copy_jobs(), final=final)
+            except NameTaken as exc:
+                if rebuilt:
+                    reports.append(AdapterReport(state.name, fatal=str(exc)))
+                    continue
+                # The durable manifest is ahead of this index (a pass killed between its
+                # manifest object and its index, an older copy of the state dir, another
+                # writer): checkpoint.run dropped the index; this adapter's pass runs
+                # again from one rebuilt from the manifest, publishing what differs.
+                log.warning("checkpoint.manifest-behind adapter=%s: %s; rebuilding the index "
+                            "from the durable manifest", state.name, exc)
+                self._indexes.pop(state.name, None)
+                reports.extend(self._checkpoint_locked(
+                    [self.config.adapter(state.name)], started, dry_run, final, {},
+                    rebuilt=True))
+                continue
             tablewalk.keep_table(state.index_path, job, state.index, result, scanned)
             self._recheck[state.name] = _unsettled(state.index, result.changed)
             scan_errors = tuple(

@@ -334,12 +334,14 @@ def test_a_path_whose_durable_copy_is_of_another_kind_is_reported_and_the_rest_g
 
 def test_an_older_copy_of_the_state_dir_never_overwrites_a_manifest_object(
         tree: Tree, cli: CliRunner) -> None:
-    """A state dir put back from an older copy (a VM or volume snapshot) names the
-    next manifest object after its own last one, which the durable side already
-    holds: that object is never replaced; the index is rebuilt from the manifest
-    and the next pass publishes what differs."""
+    """A state dir put back from an older copy (a VM or volume snapshot; or a pass
+    killed between its manifest object and its index) names the next manifest
+    object after its own last one, which the durable side already holds: that
+    object is never replaced; the pass rebuilds the index from the manifest and
+    publishes what differs, without copying the unchanged files again."""
     tree.write(f"{CODEX}/a.md", "a1\n")
     tree.write(f"{CODEX}/b.md", "b1\n")
+    tree.write(f"{CODEX}/c.md", "never changes\n")
     cli("checkpoint", check=0)
     shutil.copytree(tree.state, tree.base / "old-state")
     tree.write(f"{CODEX}/a.md", "a2\n")
@@ -349,11 +351,15 @@ def test_an_older_copy_of_the_state_dir_never_overwrites_a_manifest_object(
     shutil.rmtree(tree.state)
     shutil.copytree(tree.base / "old-state", tree.state)
     tree.write(f"{CODEX}/b.md", "b2\n")
-    out = cli("checkpoint", check=1)
-    assert "already exists" in out.stderr and "rebuilt from the manifest" in out.stderr
+    c_object = (tree.backing / DUR / "c.md").stat().st_ino
+    out = cli("-v", "checkpoint", check=0)
+    assert "rebuilding the index from the durable manifest" in out.stderr
     after = {p.name: p.read_bytes() for p in manifest_dir.iterdir()}
     assert {k: after[k] for k in before} == before  # nothing replaced
-    cli("checkpoint", check=0)
+    assert len(after) == len(before) + 1
+    assert (tree.backing / DUR / "c.md").stat().st_ino == c_object  # not copied again
+    out = cli("checkpoint", check=0)
+    assert "codex: published 0 file(s)" in out.stdout
     shutil.rmtree(tree.local / CODEX)
     cli("restore", check=0)
     assert (tree.local / CODEX / "a.md").read_text() == "a2\n"
