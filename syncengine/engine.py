@@ -122,8 +122,10 @@ class Engine:
         """One adapter's live root, store and loaded index (for gc and migrate)."""
         state = self._state(spec)
         if seed and spec.name in self._unseeded:
+            from syncengine import seed as seeding
+
             self._unseeded.discard(spec.name)
-            _seed_from_manifest(state)
+            seeding.from_manifest(state)
         return state
 
     def skip_dirs(self, spec: AdapterSpec) -> frozenset[str]:
@@ -185,6 +187,7 @@ class Engine:
                            ) -> list[AdapterReport]:
         from syncengine import checkpoint, segments, sqlite, tablewalk
         from syncengine import missing as missing_mod
+        from syncengine import seed as seeding
         from syncengine.plan import RecordLink, Snapshot, Upload, plan_checkpoint
         from syncengine.scan import scan, scan_paths
 
@@ -232,7 +235,7 @@ class Engine:
                     reports.append(AdapterReport(state.name, fatal=str(exc)))
                     continue
                 self._unseeded.discard(state.name)
-                _seed_from_manifest(state)
+                seeding.from_manifest(state)
             else:  # health check and probe (cached) just before the first durable write: a
                 # pass that only re-checks files whose hashes still match does no mount I/O
                 state.store.before_first_write(
@@ -418,38 +421,6 @@ class Engine:
     def status(self) -> dict[str, Any]:
         """Effective configuration with sources, and per-adapter state (local files only)."""
         return status.gather(self.config, self._matchers, self.clock())
-
-
-def _seed_from_manifest(state: AdapterState) -> None:
-    """A missing index is rebuilt from the durable manifest, so nothing is re-uploaded.
-
-    Every entry is recorded dirty: the next pass hashes the local file and
-    uploads it only when its content differs.  This is the one time a
-    checkpoint lists the durable side (the manifest directory).
-    """
-    from syncengine import segments, sqlite
-    from syncengine.manifest import load as load_manifest
-
-    if not state.store.exists():
-        return
-    manifest_state = load_manifest(state.store)
-    for entry in manifest_state.entries.values():
-        if entry.kind in ("file", "symlink"):
-            state.index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns,
-                               ctime_ns=DIRTY, hash64=entry.hash or 0, mode=entry.mode,
-                               kind=entry.kind, target=entry.target, extra=entry.index_extra())
-        elif entry.kind == "segments":
-            segments.seed(state.index, entry)
-        elif entry.kind == "sqlite":  # snapshot next pass; published only if it differs
-            state.index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns,
-                               ctime_ns=DIRTY, hash64=entry.hash or 0, mode=entry.mode,
-                               kind="sqlite", extra=sqlite.seed_extra(entry, state.sqlite_patterns))
-    if manifest_state.last_seq:
-        state.index.meta.update(manifest_seq=manifest_state.last_seq,
-                                base_seq=manifest_state.base_seq,
-                                deltas=manifest_state.deltas_since_base)
-
-
 
 
 def _unsettled(index: Index, changed: Sequence[Seen]) -> set[str]:
