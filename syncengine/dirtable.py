@@ -17,8 +17,9 @@ by name in ``extras``, so a file created in one is still found.
 
 The table is a cache, bound to one saved index file (its inode, size and mtime)
 and to the walk's configuration (root, exclusions).  Anything else that saves
-the index (restore, gc, a watcher-driven pass) or changes the exclusions makes
-it stale, and the next walk lists every directory again and rebuilds it.  A
+the index (restore, gc, a watcher-driven pass that adds paths) or changes the
+exclusions makes it stale, and the next walk lists every directory again and
+rebuilds it.  A
 directory whose mtime is within the timestamp granularity of the pass start is
 stored as UNKNOWN, so a change in the same clock tick is never missed (borg's
 files cache and git's "racily clean" index entries do the same).
@@ -111,39 +112,31 @@ def fingerprint(root: str, patterns: Sequence[str], skip_dirs: Iterable[str]) ->
     return xxhash.xxh3_64_hexdigest(text.encode("utf-8", "surrogateescape"))
 
 
-def rebase(old: DirTable | None, walk: DirWalk | None, keys: Sequence[str],
-           hidden: Callable[[str], bool], specials: Sequence[str] | None,
+def rebase(old: DirTable | None, walk: DirWalk, keys: Sequence[str],
+           hidden: Callable[[str], bool], specials: Sequence[str],
            index_sig: tuple[int, int, int], fp: str,
-           unwalked: Iterable[str] | None = None, unwalked_upto: int = 0) -> DirTable:
+           unwalked: Iterable[str] = (), unwalked_upto: int = 0) -> DirTable:
     """The table to keep after a pass, for the index as saved now (`keys`, `index_sig`).
 
-    `old` is the table the pass started from (None after a full walk, which
-    listed everything); `walk` what the pass's walk learned (None for a pass
-    that walked nothing, such as one driven by watcher hints: the old
-    signatures stay); `specials` the special files the walk reported.  Keys
-    are only ever appended during a pass, so the keys past ``old.nkeys`` are
-    the new ones; those `hidden` says a walk would not report join
-    `unwalked`.  `unwalked`, when given, replaces the old set for the keys
-    before `unwalked_upto` (a full walk decided those).
+    `old` is the table the pass's walk started from, and `walk` (with its
+    ``order``) what that walk learned; or `old` is None after a full listing,
+    whose `walk` holds every directory and whose `unwalked` (for the keys
+    before `unwalked_upto`) the caller decided.  Keys are only ever appended
+    during a pass, so the keys past those are the new ones: those `hidden` says
+    a walk would not report join `unwalked`.  `specials` are the special files
+    the walk reported.
     """
-    if specials is None:
-        specials = old.specials if old is not None else ()
-    if (old is not None and unwalked is None and walk is not None and walk.order is not None
-            and len(keys) == old.nkeys):
+    if old is not None and len(keys) == old.nkeys:
         return _same_keys(old, walk, specials, index_sig, fp)
     by_dir: dict[str, int] = {}
     if old is not None:
-        if walk is not None and walk.order is not None:  # this pass's signatures
-            by_dir.update(zip(walk.order, walk.fresh, strict=True))
-        else:
-            by_dir.update(zip(derive(keys[:old.nkeys]), old.sigs, strict=True))
+        assert walk.order is not None, "a walk from a table knows the table's order"
+        by_dir.update(zip(walk.order, walk.fresh, strict=True))
         by_dir.update(old.extras)
-    if walk is not None:
-        by_dir.update(walk.listed)
-    if unwalked is None and old is not None:
         skip, start = set(old.unwalked), old.nkeys
     else:
-        skip, start = set(unwalked or ()), unwalked_upto
+        skip, start = set(unwalked), unwalked_upto
+    by_dir.update(walk.listed)
     skip.update(k for k in keys[start:] if hidden(k))
     new = array("Q", (by_dir.pop(d, UNKNOWN) for d in derive(keys)))
     extras = {d: s for d, s in by_dir.items() if s != GONE}

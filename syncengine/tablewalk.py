@@ -262,10 +262,12 @@ def keep_table(index_path: Path, job: ScanJob, index: Index, result: ScanResult,
 
     if walk is not None:
         _relist_unrecorded(index, result, walk)
-    if walk is None:  # a pass driven by watcher hints: carry the old signatures over
-        if old is None or old.index_sig == index.file_sig:
+    if walk is None:  # a pass driven by watcher hints (the daemon)
+        if old is None or old.index_sig == index.file_sig or len(keys) != old.nkeys:
+            # New paths: let the table go stale rather than derive every directory on
+            # each small pass; the daemon's next full walk lists everything once.
             return
-        new = dirtable.rebase(old, None, keys, hidden, None, index.file_sig, fp)
+        new = attrs.evolve(old, index_sig=index.file_sig)  # same paths: same order
     elif old is not None:
         if (old.index_sig == index.file_sig and walk.fresh == old.sigs and not walk.listed
                 and tuple(result.specials) == old.specials):

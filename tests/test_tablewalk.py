@@ -275,11 +275,14 @@ def test_random_changes_are_decided_as_a_full_listing_would(tree: Tree, ahead: E
     for step in range(30):
         used += [_mutate(rng, _live(tree), outside, f"{step}-{i}", decide_only)
                  for i in range(rng.randint(1, 4))]
-        if rng.random() < 0.3:  # a watcher-driven pass in between (the daemon's way)
+        hinted = rng.random() < 0.3
+        if hinted:  # a watcher-driven pass in between (the daemon's way)
             live = sorted(_expected(tree))
             ahead.checkpoint(hints={"t": set(rng.sample(live, min(len(live), 3)))})
         full, fast, (state, job) = _both(ahead)
-        assert job.table is not None, "the pass before left no valid table"
+        # A full pass always leaves a valid table; a hinted pass that added paths
+        # leaves it stale (the next full walk lists everything and rebuilds it).
+        assert job.table is not None or hinted, "the full pass before left no valid table"
         assert fast.walk is not None and full.walk is not None
         unlisted += len(full.walk.listed) - len(fast.walk.listed)
         total += len(full.walk.listed)
