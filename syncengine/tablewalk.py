@@ -260,8 +260,6 @@ def keep_table(index_path: Path, job: ScanJob, index: Index, result: ScanResult,
     def hidden(rel: str) -> bool:
         return not reported(job, rel)
 
-    if walk is not None:
-        _relist_unrecorded(index, result, walk)
     if walk is None:  # a pass driven by watcher hints (the daemon)
         if old is None or old.index_sig == index.file_sig or len(keys) != old.nkeys:
             # New paths: let the table go stale rather than derive every directory on
@@ -269,11 +267,13 @@ def keep_table(index_path: Path, job: ScanJob, index: Index, result: ScanResult,
             return
         new = attrs.evolve(old, index_sig=index.file_sig)  # same paths: same order
     elif old is not None:
+        _relist_unrecorded(index, result, walk)
         if (old.index_sig == index.file_sig and walk.fresh == old.sigs and not walk.listed
                 and tuple(result.specials) == old.specials):
             return  # idle: nothing to write
         new = dirtable.rebase(old, walk, keys, hidden, result.specials, index.file_sig, fp)
     else:
+        _relist_unrecorded(index, result, walk)
         assert scanned is not None, "a full listing's coverage is noted before the pass"
         n = scanned["nkeys"]
         unwalked = scanned["listed"] if scanned["complete"] else [
