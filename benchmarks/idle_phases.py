@@ -18,11 +18,10 @@ import sys, time
 marks = [("start", time.perf_counter())]
 import syncengine.cli  # noqa: F401  (what `syncengine checkpoint` imports)
 marks.append(("imports", time.perf_counter()))
-import attrs
-from syncengine import checkpoint, missing, tablewalk
+from syncengine import checkpoint, missing, tablewalk  # noqa: F401  (what a pass imports)
 from syncengine.config import load_config
 from syncengine.engine import Engine
-from syncengine.scan import ScanJob, scan
+from syncengine.scan import scan
 marks.append(("lazy imports", time.perf_counter()))
 cfg = load_config(sys.argv[1])
 eng = Engine(cfg)
@@ -30,9 +29,7 @@ marks.append(("config", time.perf_counter()))
 spec = cfg.adapters[0]
 state = eng._state(spec)
 marks.append(("index load", time.perf_counter()))
-job = ScanJob(state.name, str(state.live), eng._matchers[state.name], state.index.records,
-              eng.skip_dirs(spec), recent_ns=time.time_ns() - checkpoint.GRANULARITY_NS)
-job = attrs.evolve(job, table=tablewalk.load_table(state.index_path, job, state.index))
+[job] = eng._scan_jobs([state], time.time_ns())  # as Engine.checkpoint builds it
 marks.append(("table load" if job.table else "no table", time.perf_counter()))
 result = scan([job], workers=2)[state.name]
 marks.append(("walk (2 workers)", time.perf_counter()))

@@ -214,7 +214,8 @@ class Engine:
                 reports.append(AdapterReport(state.name))
                 continue
             # a full listing rebuilds the directory table: what it saw, before the pass
-            scanned = missing_mod.walk_coverage(state, result) if job.table is None else None
+            scanned = (missing_mod.walk_coverage(state, result)
+                       if job.table is None and result.walk is not None else None)
             if result.gone is None:
                 missing = missing_mod.find_missing(state, result)
             else:

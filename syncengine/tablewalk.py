@@ -58,7 +58,7 @@ def scan(jobs: Sequence[ScanJob], results: dict[str, ScanResult], workers: int) 
             continue
         res.walk = DirWalk(order=order)
         res.gone = []
-        preps.append((job, res.walk.order or [], keys, list(job.records.values())))
+        preps.append((job, order, keys, list(job.records.values())))
     if not preps:
         return
     shares = [[(p, w) for p in range(len(preps))] for w in range(workers)]
@@ -111,26 +111,15 @@ def _check_dirs(job: ScanJob, order: list[str], span: range, rfd: int,
                 out: ScanResult) -> list[str]:
     """Signature of each derived directory in `span`; the ones to list again."""
     assert job.table is not None and out.walk is not None
-    old, fresh, recent = job.table.sigs, out.walk.fresh, job.recent_ns or 0
+    old, fresh = job.table.sigs, out.walk.fresh
     relist = []
     for i in span:
         d = order[i]
-        try:
-            st = os.stat(d or ".", dir_fd=rfd, follow_symlinks=False)
-        except (FileNotFoundError, NotADirectoryError):
-            fresh.append(GONE)
-            continue
-        except OSError as exc:
-            fresh.append(UNKNOWN)
-            out.errors.append((d or ".", exc.strerror or str(exc)))
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            fresh.append(GONE)
+        s, replaced = _dir_sig(job, d, rfd, out)
+        if replaced:  # a file or symlink now: the paths under it are never looked up
             out.walk.broken.append(d)
-            continue
-        s = dirtable.dir_sig(st.st_ino, st.st_mtime_ns, st.st_ctime_ns, recent)
-        fresh.append(s)
-        if s != old[i] or s == UNKNOWN:
+        fresh.append(UNKNOWN if s is None else s)
+        if s is not None and s != GONE and (s != old[i] or s == UNKNOWN):
             relist.append(d)
     return relist
 
@@ -140,18 +129,28 @@ def _check_extras(job: ScanJob, rfd: int, out: ScanResult) -> list[str]:
     assert job.table is not None and out.walk is not None
     relist = []
     for d, old in job.table.extras.items():
-        try:
-            st = os.stat(d or ".", dir_fd=rfd, follow_symlinks=False)
-        except OSError:
-            out.walk.listed[d] = GONE
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            out.walk.listed[d] = GONE
-            continue
-        s = dirtable.dir_sig(st.st_ino, st.st_mtime_ns, st.st_ctime_ns, job.recent_ns or 0)
-        if s != old or s == UNKNOWN:
+        s, _ = _dir_sig(job, d, rfd, out)
+        if s is None or s == GONE:
+            out.walk.listed[d] = UNKNOWN if s is None else s  # tried again, or dropped
+        elif s != old or s == UNKNOWN:
             relist.append(d)
     return relist
+
+
+def _dir_sig(job: ScanJob, d: str, rfd: int, out: ScanResult) -> tuple[int | None, bool]:
+    """A directory's signature now and whether it was replaced by something else:
+    GONE when missing or replaced, None (an error recorded) when it cannot be
+    looked at, UNKNOWN when it changed too recently to trust."""
+    try:
+        st = os.stat(d or ".", dir_fd=rfd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return GONE, False
+    except OSError as exc:
+        out.errors.append((d or ".", exc.strerror or str(exc)))
+        return None, False
+    if not stat.S_ISDIR(st.st_mode):
+        return GONE, True
+    return dirtable.dir_sig(st.st_ino, st.st_mtime_ns, st.st_ctime_ns, job.recent_ns or 0), False
 
 
 def _check_keys(job: ScanJob, keys: list[str], vals: list[bytes], span: range, rfd: int,
@@ -254,14 +253,14 @@ def keep_table(index_path: Path, job: ScanJob, index: Index, result: ScanResult,
     """
     if index.file_sig is None:
         return
-    old, walk, keys = job.table, result.walk, list(index.records)
+    old, walk = job.table, result.walk
     fp = _fingerprint(job)
 
     def hidden(rel: str) -> bool:
         return not reported(job, rel)
 
     if walk is None:  # a pass driven by watcher hints (the daemon)
-        if old is None or old.index_sig == index.file_sig or len(keys) != old.nkeys:
+        if old is None or old.index_sig == index.file_sig or len(index.records) != old.nkeys:
             # New paths: let the table go stale rather than derive every directory on
             # each small pass; the daemon's next full walk lists everything once.
             return
@@ -271,15 +270,16 @@ def keep_table(index_path: Path, job: ScanJob, index: Index, result: ScanResult,
         if (old.index_sig == index.file_sig and walk.fresh == old.sigs and not walk.listed
                 and tuple(result.specials) == old.specials):
             return  # idle: nothing to write
-        new = dirtable.rebase(old, walk, keys, hidden, result.specials, index.file_sig, fp)
+        new = dirtable.rebase(old, walk, list(index.records), hidden, result.specials,
+                              index.file_sig, fp)
     else:
         _relist_unrecorded(index, result, walk)
         assert scanned is not None, "a full listing's coverage is noted before the pass"
         n = scanned["nkeys"]
         unwalked = scanned["listed"] if scanned["complete"] else [
             k for k, raw in list(index.records.items())[:n] if raw[-1] == 0 and hidden(k)]
-        new = dirtable.rebase(None, walk, keys, hidden, result.specials, index.file_sig, fp,
-                              unwalked, n)
+        new = dirtable.rebase(None, walk, list(index.records), hidden, result.specials,
+                              index.file_sig, fp, unwalked, n)
     dirtable.save(table_path(index_path), new)
 
 
