@@ -6,7 +6,8 @@ the emulated behaviour lives in tests/fusebucket.py. Fixtures:
 - `bucket`: a mounted BucketMount with default options
   (`.backing` and `.mountpoint` under tmp_path);
 - `bucket_factory`: `make(name="bucket", **options) -> BucketMount`, for
-  options such as `rename=False` or `kill_mode="discard"`.
+  options such as `rename=False`, `kill_mode="discard"` or
+  `atomic_trunc=False` (the kernel then truncates in a call after open).
 
 Both skip with the reason from fuse_available() when FUSE is missing. A
 conftest can use them with `pytest_plugins = ["tests.bucket_mount"]` or by
@@ -39,6 +40,9 @@ import pytest
 
 EMULATOR = Path(__file__).with_name("fusebucket.py")
 READY_TIMEOUT = 10.0  # seconds for the daemon to mount, and to exit after unmount
+# Whether mounts ask the kernel for atomic O_TRUNC unless told (pytest
+# --fusebucket-no-atomic-trunc: run as on a kernel/libfuse that does not grant it).
+ATOMIC_TRUNC = True
 
 
 @functools.cache
@@ -84,6 +88,7 @@ class BucketMount:
         latency_list_ms: float = 0,
         latency_commit_ms: float = 0,
         kill_mode: str = "commit",
+        atomic_trunc: bool | None = None,
         rename: bool = True,
         rename_errno: str = "EXDEV",
         setattr_mode: str = "apply",
@@ -101,6 +106,8 @@ class BucketMount:
             f"--attr-timeout={attr_timeout_s}",
             f"--negative-timeout={negative_timeout_s}",
         ]
+        if not (ATOMIC_TRUNC if atomic_trunc is None else atomic_trunc):
+            self.options.append("--no-atomic-trunc")
         if not rename:
             self.options.append(f"--rename-errno={rename_errno}")
         if setattr_mode != "apply":

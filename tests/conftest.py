@@ -106,7 +106,16 @@ def _diff(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]
             if after.get(k, 0) != before.get(k, 0)}
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fusebucket-no-atomic-trunc", action="store_true",
+        help="mount the bucket emulator without atomic O_TRUNC, as some kernels and libfuse "
+             "versions run it (open, then a separate truncate)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--fusebucket-no-atomic-trunc"):
+        bucket_mount.ATOMIC_TRUNC = False
     config.addinivalue_line(
         "markers", "dir_only(reason): run with a plain-directory durable root only (not on the "
         "bucket emulator); say why")

@@ -7,6 +7,13 @@ tests mount it through tests/bucket_mount.py. Emulated, as hf-mount v0.9 does:
 - A write handle is a bytearray made by create() or open(O_TRUNC); any other
   open for writing is EPERM, a write off the end EINVAL, a read EBADF, and
   truncate() works on it alone (EPERM on a committed file). fsync does nothing.
+- open(O_TRUNC) reaches a FUSE filesystem as one call only if it asked for
+  atomic O_TRUNC at init (FUSE_CAP_ATOMIC_O_TRUNC): the emulator asks for it.
+  Without it (`--no-atomic-trunc`, or a kernel that does not offer it) the
+  kernel strips O_TRUNC from open and truncates to 0 by path right after: an
+  open for writing without O_APPEND is then held as "truncate pending", the
+  truncate to 0 by the same process makes it a write handle, a write before it
+  is EPERM (what hf-mount says at open), and a close before it changes nothing.
 - Commit = temp file in BACKING/.fusebucket-tmp (hidden from the mount), then
   os.replace. It happens in flush(), inside close(), when the closer is the
   process that opened the handle, as hf-mount's `flush` does: release() reaches
@@ -63,6 +70,7 @@ import mfusepy
 
 STAGING = ".fusebucket-tmp"
 PF_EXITING = 0x4  # include/linux/sched.h
+FUSE_CAP_ATOMIC_O_TRUNC = 1 << 3  # libfuse fuse_common.h (2.x and 3.x)
 UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2  # libfuse 3 sends them with tv_sec 0
 RENAME_NOREPLACE = 1
 STAT_KEYS = ("st_mode", "st_nlink", "st_size", "st_uid", "st_gid", "st_blocks")
@@ -86,6 +94,14 @@ class WriteHandle:
     mtime_ns: int = field(default_factory=time.time_ns)
     dirty: bool = True  # holds bytes the bucket has not seen
     dropped: bool = False  # unlinked, overwritten or discarded: never committed
+
+
+@dataclass
+class PendingTruncate:
+    """An open for writing whose O_TRUNC the kernel stripped: the truncate to 0 follows."""
+
+    path: str
+    opener: int
 
 
 def _tgid(tid: int) -> int:
@@ -153,6 +169,8 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         self.dirs: dict[str, int] = {}  # in-memory directories: path -> mode
         self.writers: dict[int, WriteHandle] = {}
         self.readers: dict[int, int | None] = {}  # fh -> backing fd, None: nothing committed
+        self.pending: dict[int, PendingTruncate] = {}  # opens waiting for their truncate to 0
+        self.atomic_trunc = False  # what init negotiated
         self.fhs = itertools.count(1)
         self.counts: Counter[str] = Counter()
         self.stats_lock = threading.Lock()
@@ -252,8 +270,41 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
             apply(self._real(path), st)
         return 0
 
+    def _open_for_write(self, path: str, flags: int) -> int:
+        """open() for writing: a write handle (O_TRUNC), a pending truncate, or EPERM."""
+        if flags & os.O_TRUNC:
+            h, st = self._writer(path), self._lstat(path)
+            self.count("open_write")
+            return self._new_writer(path, h.mode if h else st.st_mode if st else 0o644)
+        if self.atomic_trunc or flags & os.O_APPEND:  # no append, no read-modify-write
+            _fail(errno.EPERM)
+        fh = next(self.fhs)  # O_TRUNC may have been stripped: wait for the truncate
+        self.pending[fh] = PendingTruncate(path, _tgid(mfusepy.fuse_get_context()[2]))
+        self.count("open_pending_truncate")
+        return fh
+
+    def _truncated_open(self, path: str | None, fh: int | None) -> int | None:
+        """The pending open (of the calling process) that this truncate to 0 completes."""
+        if fh in self.pending:
+            return fh
+        caller = _tgid(mfusepy.fuse_get_context()[2])  # the kernel sends it by path, no fh
+        mine = [f for f, p in self.pending.items() if p.path == path and p.opener == caller]
+        return mine[-1] if mine else None
+
     # -- FUSE operations --
-    def init(self, path: str) -> None:
+    def init_with_config(self, conn: Any, config: Any) -> None:
+        """Ask for atomic O_TRUNC (unless told not to), then tell BucketMount we are up."""
+        if conn is not None:
+            offered = bool(conn.capable & FUSE_CAP_ATOMIC_O_TRUNC)
+            if offered:
+                self.count("init.offered_atomic_o_trunc")
+            want = offered and not self.args.no_atomic_trunc
+            for field_name in ("want", "want_ext"):  # want_ext: libfuse >= 3.17
+                if hasattr(conn, field_name):
+                    value = getattr(conn, field_name) & ~FUSE_CAP_ATOMIC_O_TRUNC
+                    setattr(conn, field_name, value | (FUSE_CAP_ATOMIC_O_TRUNC if want else 0))
+            self.atomic_trunc = want
+        self.count("init.atomic_o_trunc" if self.atomic_trunc else "init.no_atomic_o_trunc")
         if self.args.ready_fd is not None:  # the kernel has the mount: tell BucketMount
             os.write(self.args.ready_fd, b"ready\n")
             os.close(self.args.ready_fd)
@@ -306,11 +357,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
             self.readers[fh] = fd
             self.count("open_read")
             return fh
-        if not flags & os.O_TRUNC:  # streaming mode: no append, no read-modify-write
-            _fail(errno.EPERM)
-        h, st = self._writer(path), self._lstat(path)
-        self.count("open_write")
-        return self._new_writer(path, h.mode if h else st.st_mode if st else 0o644)
+        return self._open_for_write(path, flags)
 
     @_op("read", latency=None)
     def read(self, path: str | None, size: int, offset: int, fh: int) -> bytes:
@@ -323,7 +370,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
     def write(self, path: str | None, data: bytes, offset: int, fh: int) -> int:
         h = self.writers.get(fh)
         if h is None:
-            _fail(errno.EBADF)
+            _fail(errno.EPERM if fh in self.pending else errno.EBADF)
         if offset != len(h.buf):
             _fail(errno.EINVAL)
         h.buf += data
@@ -332,6 +379,15 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
 
     @_op("truncate")
     def truncate(self, path: str | None, length: int, fh: int | None = None) -> int:
+        opened = self._truncated_open(path, fh) if length == 0 else None
+        if opened is not None:  # the second half of open(O_TRUNC) without atomic O_TRUNC
+            pending = self.pending.pop(opened)
+            h, st = self._writer(pending.path), self._lstat(pending.path)
+            uid, gid, _ = mfusepy.fuse_get_context()
+            mode = h.mode if h else stat.S_IMODE(st.st_mode) if st else 0o644
+            self.writers[opened] = WriteHandle(pending.path, mode, uid, gid, pending.opener)
+            self.count("truncate_after_open")
+            return 0
         h = self.writers.get(fh or 0) or self._writer(path or "")
         if h is None:
             _fail(errno.EPERM if path and self._kind(path) else errno.ENOENT)
@@ -364,6 +420,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
     def release(self, path: str | None, fh: int) -> int:
         with self._lock:
             fd, h = self.readers.pop(fh, None), self.writers.get(fh)
+            self.pending.pop(fh, None)  # opened for writing, never truncated: nothing changed
         if fd is not None:
             os.close(fd)
         if h is not None:
@@ -521,6 +578,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for kind in ("meta", "list", "commit"):
         p.add_argument(f"--latency-{kind}", type=float, default=0.0, metavar="MS")
     p.add_argument("--kill-mode", choices=("commit", "discard"), default="commit")
+    p.add_argument("--no-atomic-trunc", action="store_true",
+                   help="do not ask for atomic O_TRUNC: the kernel truncates after open")
     p.add_argument("--attr-timeout", type=float, default=0.0, metavar="S",
                    help="kernel cache of attributes and names (hf-mount: 10)")
     p.add_argument("--negative-timeout", type=float, default=0.0, metavar="S",

@@ -27,6 +27,10 @@ bucket_factory = bucket_mount.bucket_factory
 
 ROOT = Path(__file__).resolve().parent.parent
 Factory = Callable[..., BucketMount]
+# With atomic O_TRUNC the kernel sends open(O_TRUNC); without it (some kernels and
+# libfuse versions) open without O_TRUNC, then a truncate to 0: both must behave alike.
+TRUNC_MODES = pytest.mark.parametrize("atomic_trunc", [True, False],
+                                      ids=["atomic-trunc", "trunc-after-open"])
 
 # Opens PATH for writing, writes, says so on fd READY, then waits to be killed
 # (or, with "exit", leaves without closing).
@@ -92,23 +96,49 @@ def test_close_commits_the_whole_file_atomically(bucket: BucketMount) -> None:
     assert errno_of(lambda: os.stat(bucket.mountpoint / ".fusebucket-tmp")) == errno.ENOENT
 
 
-def test_overwrite_keeps_the_previous_object_until_close(bucket: BucketMount) -> None:
-    put(bucket.mountpoint / "f", b"old")
-    with opened(bucket.mountpoint / "f", os.O_WRONLY | os.O_TRUNC) as fd:
+def assert_truncate_mode(mount: BucketMount, atomic_trunc: bool) -> None:
+    """The mount ran the way the test asked (a kernel may not offer atomic O_TRUNC at all)."""
+    counts = mount.stats()
+    if atomic_trunc and counts.get("init.offered_atomic_o_trunc"):
+        assert counts.get("init.atomic_o_trunc") == 1, "the emulator did not ask for it"
+        assert "truncate_after_open" not in counts
+    else:
+        assert counts.get("init.no_atomic_o_trunc") == 1
+        assert counts.get("truncate_after_open", 0) >= 1, "the truncate after open never came"
+
+
+@TRUNC_MODES
+def test_overwrite_keeps_the_previous_object_until_close(bucket_factory: Factory,
+                                                         atomic_trunc: bool) -> None:
+    mount = bucket_factory(atomic_trunc=atomic_trunc, stats=True)
+    put(mount.mountpoint / "f", b"old")
+    with opened(mount.mountpoint / "f", os.O_WRONLY | os.O_TRUNC) as fd:
         os.write(fd, b"newer")
-        assert (bucket.backing / "f").read_bytes() == b"old"
-    assert (bucket.backing / "f").read_bytes() == b"newer"
+        assert (mount.backing / "f").read_bytes() == b"old"
+    assert (mount.backing / "f").read_bytes() == b"newer"
+    assert (mount.mountpoint / "f").read_bytes() == b"newer"
+    assert_truncate_mode(mount, atomic_trunc)
 
 
+@TRUNC_MODES
 @pytest.mark.parametrize(
     "flags",
     [os.O_WRONLY | os.O_APPEND, os.O_RDWR, os.O_WRONLY, os.O_RDWR | os.O_CREAT],
     ids=["append", "rdwr", "wronly", "rdwr-creat"],
 )
-def test_open_existing_for_write_without_truncate_is_eperm(bucket: BucketMount, flags: int) -> None:
-    put(bucket.mountpoint / "log", b"line\n")
-    assert errno_of(lambda: os.open(bucket.mountpoint / "log", flags)) == errno.EPERM
-    assert (bucket.backing / "log").read_bytes() == b"line\n"
+def test_write_to_existing_without_truncate_is_eperm(bucket_factory: Factory, flags: int,
+                                                     atomic_trunc: bool) -> None:
+    """hf-mount refuses at open; without atomic O_TRUNC the open cannot tell, the write does."""
+    mount = bucket_factory(atomic_trunc=atomic_trunc)
+    put(mount.mountpoint / "log", b"line\n")
+
+    def open_and_write() -> None:
+        with opened(mount.mountpoint / "log", flags) as fd:
+            os.write(fd, b"more\n")
+
+    assert errno_of(open_and_write) == errno.EPERM
+    assert (mount.backing / "log").read_bytes() == b"line\n"
+    assert (mount.mountpoint / "log").read_bytes() == b"line\n"
 
 
 def test_truncate_works_on_a_write_handle_only(bucket: BucketMount) -> None:
@@ -200,10 +230,12 @@ def test_rename_can_be_refused(bucket_factory: Factory, code: str) -> None:
     assert sorted(os.listdir(mount.backing)) == [".fusebucket-tmp", "a"]
 
 
+@TRUNC_MODES
 @pytest.mark.parametrize("existing", [False, True], ids=["new", "overwrite"])
 @pytest.mark.parametrize("kill_mode", ["commit", "discard"])
-def test_killed_writer(bucket_factory: Factory, kill_mode: str, existing: bool) -> None:
-    mount = bucket_factory(kill_mode=kill_mode, stats=True)
+def test_killed_writer(bucket_factory: Factory, kill_mode: str, existing: bool,
+                       atomic_trunc: bool) -> None:
+    mount = bucket_factory(kill_mode=kill_mode, stats=True, atomic_trunc=atomic_trunc)
     if existing:
         put(mount.mountpoint / "f", b"previous")
     run_writer(mount.mountpoint / "f", "kill")
@@ -217,6 +249,8 @@ def test_killed_writer(bucket_factory: Factory, kill_mode: str, existing: bool) 
         assert not (mount.backing / "f").exists()
         assert os.listdir(mount.mountpoint) == []
     assert mount.stats().get("discard", 0) == (1 if kill_mode == "discard" else 0)
+    if existing:
+        assert_truncate_mode(mount, atomic_trunc)
 
 
 def test_discard_mode_keeps_a_writer_that_exits_without_closing(bucket_factory: Factory) -> None:

@@ -208,7 +208,7 @@ def test_missing_durable_object_fails_restore_naming_it(tree: Tree, cli: CliRunn
     tree.write("codex-home/a.json", "a")
     tree.write("codex-home/b.json", "b")
     cli("checkpoint", check=0)
-    (tree.data / "state/codex/a.json").unlink()
+    (tree.backing / "state/codex/a.json").unlink()
     shutil.rmtree(tree.local)
     out = cli("restore", check=1)
     assert "a.json" in out.stderr and "missing on the durable side" in out.stderr
@@ -246,7 +246,7 @@ def test_unreadable_manifest_delta_makes_restore_incomplete(tree: Tree, cli: Cli
     cli("checkpoint", check=0)
     tree.write("codex-home/b.json", "b")
     cli("checkpoint", check=0)
-    delta = tree.data / "state/codex/.syncengine/manifest/000000000002.delta.jsonl"
+    delta = tree.backing / "state/codex/.syncengine/manifest/000000000002.delta.jsonl"
     delta.write_bytes(delta.read_bytes()[:-12])  # truncated: its end marker is gone
     shutil.rmtree(tree.local)
     out = cli("restore", check=1)
@@ -259,7 +259,7 @@ def test_gap_in_manifest_sequence_makes_restore_incomplete(tree: Tree, cli: CliR
     for name in "abc":
         tree.write(f"codex-home/{name}.json", name)
         cli("checkpoint", check=0)
-    (tree.data / "state/codex/.syncengine/manifest/000000000002.delta.jsonl").unlink()
+    (tree.backing / "state/codex/.syncengine/manifest/000000000002.delta.jsonl").unlink()
     shutil.rmtree(tree.local)
     out = cli("restore", check=1)
     assert "000000000002 to 000000000002 are missing" in out.stderr
@@ -320,7 +320,7 @@ def test_large_restore_split_across_processes_restores_and_records_everything(
         expected[rel] = (f'{{"i":{i}}}' * (1 + i % 50), mode, OLD + i)
         tree.write(rel, expected[rel][0], mode=mode, mtime_ns=OLD + i)
     cli("checkpoint", "hermes", check=0)
-    (tree.data / "state/hermes/d04/f1114.json").unlink()  # in the second share
+    (tree.backing / "state/hermes/d04/f1114.json").unlink()  # in the second share
     shutil.rmtree(tree.local)
     out = cli("restore", "hermes", check=1)
     assert "d04/f1114.json" in out.stderr and "missing on the durable side" in out.stderr

@@ -46,7 +46,8 @@ with open(path, "ab", buffering=0) as f:
 
 
 def chain_objects(tree: Tree, rel: str = LOG) -> list[Path]:
-    base = tree.data / "state/x" / segments.SEG_DIR / f"{rel}.d"
+    """The chain's objects in the bucket itself: tests damage them there, as a user could."""
+    base = tree.backing / "state/x" / segments.SEG_DIR / f"{rel}.d"
     return sorted(base.rglob("*.seg")) if base.exists() else []
 
 

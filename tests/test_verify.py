@@ -61,8 +61,8 @@ def test_a_sound_store_verifies(tree: Tree, cli: CliRunner) -> None:
 
 def test_each_problem_is_named(tree: Tree, cli: CliRunner) -> None:
     conf = _setup(tree, cli)
-    durable = tree.data / "state/x"
-    store = Store(durable)
+    store = Store(tree.data / "state/x")
+    durable = tree.backing / "state/x"  # damage the bucket itself, not through the mount
     (durable / "f1.txt").write_bytes(b"content 1\n")  # truncated
     (durable / "f2.txt").unlink()  # missing
     data = (durable / "f3.txt").read_bytes()
@@ -97,7 +97,7 @@ def test_each_problem_is_named(tree: Tree, cli: CliRunner) -> None:
 
 def test_unlisted_files_fail_only_with_strict(tree: Tree, cli: CliRunner) -> None:
     conf = _setup(tree, cli)
-    (tree.data / "state/x/stray.txt").write_text("x")
+    (tree.backing / "state/x/stray.txt").write_text("x")
     cli("--config", str(conf), "verify", check=0)
     out = cli("--config", str(conf), "verify", "--strict", check=1)
     assert "PROBLEM x: stray.txt" in out.stdout
@@ -105,7 +105,7 @@ def test_unlisted_files_fail_only_with_strict(tree: Tree, cli: CliRunner) -> Non
 
 def test_resumes_where_it_stopped(tree: Tree, cli: CliRunner, engine: EngineFactory) -> None:
     _setup(tree, cli)
-    (tree.data / "state/x/f5.txt").unlink()
+    (tree.backing / "state/x/f5.txt").unlink()
     eng = engine({"adapters": [], "adapter": [{"name": "x", "live": "x", "durable": "state/x",
                                                "segments": ["logs/*.jsonl"]}]})
     first = eng.verify(sample=100, limit=3)
