@@ -9,7 +9,8 @@ that changed, or None when the next pass must walk the whole tree:
   with ENOSPC on ``max_user_watches``, a handler raised);
 - when the kernel event queue overflowed (IN_Q_OVERFLOW).  watchdog handles
   the overflow internally and does not pass it on, so the watcher uses its own
-  `InotifyFD` subclass that sees every raw event first;
+  `InotifyFD` subclass that sees every raw event first (see `_make_observer`
+  for why that pins watchdog to 7.1.x);
 - when more than `HINT_LIMIT` paths piled up in one interval (a burst: a walk
   is as cheap, and the memory stays bounded);
 - every `rescan_interval` seconds, to catch anything inotify cannot see.
@@ -52,7 +53,15 @@ EVENTS = [FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileAttribEvent,
 
 def _make_observer(on_overflow: Callable[[], None], on_error: Callable[[str], None]
                    ) -> BaseObserver:
-    """An inotify observer whose own InotifyFD reports queue overflow and errors."""
+    """An inotify observer whose own InotifyFD reports queue overflow and errors.
+
+    This is the one place that uses watchdog's private inotify classes, which is
+    why pyproject pins watchdog to 7.1.x (tested: 6.0 lacks FileAttribEvent, 7.0
+    drops IN_Q_OVERFLOW before `handle_event` and shares one InotifyFD per
+    process).  No public API reports an overflow: 7.1 rebuilds its watches and
+    tells event handlers nothing, so without this hook lost events would go
+    unnoticed until the next periodic rescan.
+    """
     from watchdog.observers.inotify import InotifyEmitter
     from watchdog.observers.inotify_c import InotifyFD
 
@@ -64,6 +73,16 @@ def _make_observer(on_overflow: Callable[[], None], on_error: Callable[[str], No
                 super().handle_event(event)
             except Exception as exc:  # e.g. ENOSPC adding a watch for a new directory
                 on_error(f"{type(exc).__name__}: {exc}")
+
+        def _add_callback(self, path: bytes, mask: Any, callback: Any, id_: Any) -> Any:
+            # A directory created while watchdog walks its new parent is found by the
+            # walk and reported again by its own IN_CREATE: watchdog then adds the same
+            # callback to the same watch twice and prints a 2 KB RuntimeWarning
+            # ("Callback with id ... already exists for watch", seen under harnesses
+            # that mkdir -p).  Adding it again changes nothing: do it silently.
+            watch = self._get_or_create_watch(path, mask)
+            watch.callbacks[id_] = callback
+            return watch.wd
 
     class _Observer(BaseObserver):
         def __init__(self) -> None:

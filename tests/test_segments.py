@@ -21,7 +21,6 @@ from syncengine.errors import SourceError
 from syncengine.manifest import load
 from syncengine.store import MANIFEST_DIR, Store
 from tests.bucket_mount import BucketMount
-from tests.bucket_mount import bucket as bucket
 from tests.conftest import CliRunner, EngineFactory, Tree
 
 RAW: dict[str, Any] = {"adapters": [], "adapter": [

@@ -9,6 +9,8 @@ delivery is asynchronous; there is no line to wait for).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -182,3 +184,30 @@ def test_periodic_rescan(tree: Tree) -> None:
         assert w.take() == {"x": None}
     finally:
         w.stop()
+
+
+NESTED = """
+import os, sys
+root = sys.argv[1]
+for i in range(300):
+    deep = os.path.join(root, f"a{i}", "b", "c", "d", "e")
+    os.makedirs(deep)
+    open(os.path.join(deep, "f"), "w").close()
+"""
+
+
+def test_nested_directories_created_quickly_raise_no_library_warning(
+        tree: Tree, watcher: Watcher) -> None:
+    """watchdog re-adds the watch of a directory created while it walks the parent and
+    warns each time (a RuntimeWarning: an error here, as pytest makes every warning);
+    the watcher must neither print it nor fail over it."""
+    live = tree.local / "x"
+    assert watcher.start()
+    watcher.take()
+    subprocess.run([sys.executable, "-c", NESTED, str(live)], check=True, timeout=60)
+    files = {f"a{i}/b/c/d/e/f" for i in range(300)}
+    until(lambda: (watcher.pending()["x"] or 0) >= 6 * 300 or watcher._error is not None)
+    assert watcher._error is None and watcher.last_error is None
+    hints = watcher.take()
+    assert watcher.mode == "events" and watcher.last_error is None
+    assert hints["x"] is not None and files <= hints["x"]
