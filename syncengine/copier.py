@@ -207,10 +207,8 @@ def _starts_with_header(fd: int) -> bool:
 
 
 def _close(tmp: Staged, st: os.stat_result, store: Store, relpath: str) -> None:
-    try:
-        store.close(tmp, mode=st.st_mode, mtime_ns=st.st_mtime_ns)
-    except OSError as exc:  # closing is the commit on an object-store mount
-        raise durable_error("close (commit)", f"{store.root}/{relpath}", exc) from exc
+    """Commit with the source's mode and mtime (CommitRefused: not written, see Store.close)."""
+    store.close(tmp, relpath, mode=st.st_mode, mtime_ns=st.st_mtime_ns)
 
 
 __all__ = ["SQLITE_HEADER", "Copied", "DurableError", "NotRegular", "Published", "SQLiteFile",

@@ -50,6 +50,18 @@ class PathConflict(SourceError):
 _CONFLICTS = (errno.ENOTDIR, errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST)
 
 
+class CommitRefused(SourceError):
+    """The durable mount refused one object when it was closed: closing is the commit
+    on an object-store mount, and an error there is how such mounts refuse what they
+    cannot do (rclone without a VFS cache: EPERM).  That object was not written and
+    its previous version stays; the path is retried next pass, the run goes on and
+    ends incomplete."""
+
+
+# Errors at close that say the mount itself is unusable, not that it refused one object.
+_MOUNT_DOWN = (errno.ENOTCONN, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+
+
 class DurableError(SyncEngineError):
     """The durable side failed (read-only, full, gone): the run stops."""
 
@@ -105,6 +117,18 @@ def publish_error(relpath: str, target: str | os.PathLike[str], exc: OSError
         f"where it needs a file ({_describe(exc)}): a deleted local path stays durable. To "
         f"publish this path, move the old entry under {os.fspath(target)} aside, or exclude "
         "this path"))
+
+
+def commit_error(relpath: str, target: str | os.PathLike[str], exc: OSError
+                 ) -> CommitRefused | DurableError:
+    """Translate an error at close (the commit): the mount refused this object (that
+    path's error), or the mount is gone, read-only or full (the run stops)."""
+    if exc.errno in _MOUNT_DOWN:
+        return durable_error("close (commit)", target, exc)
+    return CommitRefused(relpath, "close (commit)", (
+        f"the durable mount refused the object at close ({_describe(exc)}): it was not "
+        f"written and the previous version of {os.fspath(target)}, if any, is kept; "
+        "retried next pass"))
 
 
 def source_error(operation: str, path: str, exc: OSError) -> SourceError:

@@ -127,7 +127,7 @@ def snapshot(store: Store, action: SnapshotOpen, now_ns: int) -> None:
                           dst_name=f"{store.root}/{name}")
             if n != action.size:
                 raise SourceError(action.rel, "copy open file", "shrank while copying")
-            tmp.close(mode=st.st_mode, mtime_ns=st.st_mtime_ns)
+            store.close(tmp, name, mode=st.st_mode, mtime_ns=st.st_mtime_ns)
             store.publish(tmp, name)
     finally:
         os.close(fd)

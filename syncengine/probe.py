@@ -8,7 +8,9 @@ as the same mount (per ``/proc/self/mountinfo``, read locally) holds the root.
 It answers: can a closed file be renamed over an existing name, and is the new
 content visible at once under it; do mode and mtime set on an open handle
 survive its commit, and can they be set by name afterwards; is an append to an
-existing file refused (EPERM: an object-store mount in streaming mode).
+existing file refused (an object-store mount in streaming mode: EPERM at open
+like hf-mount, or at close like rclone without a VFS cache).  Each question is
+one check in `CHECKS`; an error a check does not expect stops the probe.
 
 The health check turns a durable root that is missing, not a mount point
 where one is required (``require_mount``), no longer the mount it was when
@@ -24,6 +26,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,10 @@ from syncengine.errors import DurableError, durable_error
 SCRATCH = ".syncengine-probe"
 NO_RENAME_ERRNOS = (errno.EXDEV, errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP,
                     errno.EACCES)
+# How mounts refuse an append, at open, write or close (rclone off: ESPIPE at write,
+# EPERM at close); anything else (ENOTCONN, EIO, ENOSPC) is a broken mount.
+APPEND_REFUSED_ERRNOS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EACCES,
+                         errno.EINVAL, errno.ESPIPE, errno.EBADF)
 _MTIME = 1_600_000_000_123_456_789  # an unmistakable mtime to set and read back
 
 
@@ -202,34 +209,73 @@ def capabilities(root: Path, state_dir: Path) -> Capabilities:
     return caps
 
 
+@attrs.define
+class Trial:
+    """The two scratch files one probe works on, and what it has found so far."""
+
+    a: Path
+    b: Path
+    found: dict[str, Any] = attrs.Factory(dict)
+
+    @property
+    def newest(self) -> Path:
+        """The file holding the second version: `a` once renamed over it, else `b`."""
+        return self.a if self.found.get("rename") else self.b
+
+
+def _check_write(t: Trial) -> dict[str, Any]:
+    _write(t.a, b"first", attrs_on_handle=False)
+    return {"attrs_on_handle": _write(t.b, b"second", attrs_on_handle=True)}
+
+
+def _check_rename(t: Trial) -> dict[str, Any]:
+    return _try_rename(t.b, t.a)
+
+
+def _check_set_attrs(t: Trial) -> dict[str, Any]:
+    target = t.newest
+    return {"set_mtime": _try(lambda: os.utime(target, ns=(_MTIME, _MTIME)))
+            and os.stat(target).st_mtime_ns == _MTIME,
+            "set_mode": _try(lambda: os.chmod(target, 0o640))
+            and stat.S_IMODE(os.stat(target).st_mode) == 0o640}
+
+
+def _check_append(t: Trial) -> dict[str, Any]:
+    return {"append_refused": _append_refused(t.newest, b"second")}
+
+
+# (what it tries, check): run in order, each returns Capabilities fields and sees what
+# the earlier ones found.  To probe something new, add a field to Capabilities, a
+# check here, and its words to Capabilities.describe().
+CHECKS: tuple[tuple[str, Callable[[Trial], dict[str, Any]]], ...] = (
+    ("write and close a new file", _check_write),
+    ("rename over an existing file", _check_rename),
+    ("set mode and mtime", _check_set_attrs),
+    ("append to an existing file", _check_append),
+)
+
+
 def probe(root: Path) -> Capabilities:
-    """Try rename, attributes and append in a scratch directory under `root`; clean up."""
+    """Run `CHECKS` in a scratch directory under `root`; clean up."""
     info = mount_of(root)
     scratch = root / SCRATCH
     token = os.urandom(6).hex()
-    a, b = scratch / f"{token}-a", scratch / f"{token}-b"
+    trial = Trial(scratch / f"{token}-a", scratch / f"{token}-b")
     try:
         os.makedirs(scratch, mode=0o700, exist_ok=True)
     except OSError as exc:
         raise durable_error("create probe directory", scratch, exc) from exc
-    found: dict[str, Any] = {}
     try:
-        _write(a, b"first", attrs_on_handle=False)
-        found["attrs_on_handle"] = _write(b, b"second", attrs_on_handle=True)
-        found.update(_try_rename(b, a))
-        target = a if found["rename"] else b
-        found["set_mtime"] = _try(lambda: os.utime(target, ns=(_MTIME, _MTIME))) and \
-            os.stat(target).st_mtime_ns == _MTIME
-        found["set_mode"] = _try(lambda: os.chmod(target, 0o640)) and \
-            stat.S_IMODE(os.stat(target).st_mode) == 0o640
-        found["append_refused"] = _append_refused(target)
-    except OSError as exc:
-        raise durable_error("probe", scratch, exc) from exc
+        for what, check in CHECKS:
+            try:
+                trial.found.update(check(trial))
+            except OSError as exc:
+                raise durable_error(f"probe ({what})", scratch, exc) from exc
     finally:
-        _clean(scratch, (a, b))
+        _clean(scratch, (trial.a, trial.b))
     return Capabilities(mounted=info is not None and info.mount_point == os.path.abspath(root),
                         mount=info.mount_point if info else "", fstype=info.fstype if info else "",
-                        probed_ns=time.time_ns(), **found)
+                        probed_ns=time.time_ns(), **trial.found)
 
 
 def _write(path: Path, data: bytes, *, attrs_on_handle: bool) -> bool:
@@ -271,15 +317,40 @@ def _try(call: Any) -> bool:
     return True
 
 
-def _append_refused(path: Path) -> bool:
+def _append_refused(path: Path, content: bytes) -> bool:
+    """Append one byte to `path` (holding `content`): refused at open, write or close?
+
+    Object-store mounts refuse at open (hf-mount: EPERM) or accept the open and
+    refuse later (rclone --vfs-cache-mode off: ESPIPE at write, EPERM at close).
+    """
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     except OSError as exc:
-        if exc.errno in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EACCES):
-            return True
-        raise
-    os.close(fd)
+        return _refused(exc)
+    try:
+        os.write(fd, b"+")
+    except OSError as exc:
+        _close_refused(fd)  # os.close frees the descriptor even when it fails
+        return _refused(exc)
+    if _close_refused(fd):
+        return True
+    with open(path, "rb") as f:
+        return f.read() != content + b"+"  # accepted, and dropped: refused all the same
+
+
+def _close_refused(fd: int) -> bool:
+    try:
+        os.close(fd)
+    except OSError as exc:
+        return _refused(exc)
     return False
+
+
+def _refused(exc: OSError) -> bool:
+    """True for the errors a mount refuses an append with; raise any other."""
+    if exc.errno in APPEND_REFUSED_ERRNOS:
+        return True
+    raise exc
 
 
 def _clean(scratch: Path, paths: tuple[Path, ...]) -> None:

@@ -28,7 +28,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from syncengine import savefile
-from syncengine.errors import NameTaken, durable_error, publish_error
+from syncengine.errors import (
+    CommitRefused,
+    DurableError,
+    NameTaken,
+    commit_error,
+    durable_error,
+    publish_error,
+)
 from syncengine.safepath import DirCache
 
 META_DIR = ".syncengine"
@@ -107,12 +114,21 @@ class Store:
             if not tmp.published:
                 tmp.discard()
 
-    def close(self, tmp: savefile.Staged, *, mode: int | None = None,
+    def close(self, tmp: savefile.Staged, relpath: str, *, mode: int | None = None,
               mtime_ns: int | None = None) -> None:
-        """Close (= commit on a mount) with mode and mtime; raise OSError."""
-        tmp.close(mode=mode, mtime_ns=mtime_ns)
-        if self.attrs_after_close:
-            tmp.set_attrs(mode=mode, mtime_ns=mtime_ns)
+        """Close (= commit on a mount) the new object for `relpath`, with mode and mtime.
+
+        An error at close means the object was not written; `staged` then
+        discards it and the previous version stays.  Raises `CommitRefused`
+        (the mount refused this object: that path's error, the run goes on) or
+        `DurableError` (the mount is gone, read-only or full: the run stops).
+        """
+        try:
+            tmp.close(mode=mode, mtime_ns=mtime_ns)
+            if self.attrs_after_close:
+                tmp.set_attrs(mode=mode, mtime_ns=mtime_ns)
+        except OSError as exc:
+            raise commit_error(relpath, self.root / relpath, exc) from exc
 
     def publish(self, tmp: savefile.Staged, relpath: str) -> str | None:
         """Make a closed object the new version of `relpath`.
@@ -145,9 +161,12 @@ class Store:
         with self.staged(mode, relpath, unique=True) as tmp:
             try:
                 tmp.write(data)
-                self.close(tmp, mode=mode)
             except OSError as exc:
                 raise durable_error("write", self.root / relpath, exc) from exc
+            try:
+                self.close(tmp, relpath, mode=mode)
+            except CommitRefused as exc:  # nothing can be recorded without this object
+                raise DurableError(f"write {self.root / relpath}: {exc.reason}") from exc
             self.publish(tmp, relpath)
 
     def barrier(self) -> None:

@@ -7,7 +7,9 @@ the emulated behaviour lives in tests/fusebucket.py. Fixtures:
   (`.backing` and `.mountpoint` under tmp_path);
 - `bucket_factory`: `make(name="bucket", **options) -> BucketMount`, for
   options such as `rename=False`, `kill_mode="discard"` or
-  `atomic_trunc=False` (the kernel then truncates in a call after open).
+  `atomic_trunc=False` (the kernel then truncates in a call after open),
+  `refuse_at_close=True` (rclone without a VFS cache: appends fail at close)
+  or `refuse_containing="TEXT"` (objects holding TEXT fail at close).
 
 Both skip with the reason from fuse_available() when FUSE is missing. A
 conftest can use them with `pytest_plugins = ["tests.bucket_mount"]` or by
@@ -89,6 +91,8 @@ class BucketMount:
         latency_commit_ms: float = 0,
         kill_mode: str = "commit",
         atomic_trunc: bool | None = None,
+        refuse_at_close: bool = False,
+        refuse_containing: str | None = None,
         rename: bool = True,
         rename_errno: str = "EXDEV",
         setattr_mode: str = "apply",
@@ -108,6 +112,10 @@ class BucketMount:
         ]
         if not (ATOMIC_TRUNC if atomic_trunc is None else atomic_trunc):
             self.options.append("--no-atomic-trunc")
+        if refuse_at_close:
+            self.options.append("--refuse-at-close")
+        if refuse_containing is not None:
+            self.options.append(f"--refuse-containing={refuse_containing}")
         if not rename:
             self.options.append(f"--rename-errno={rename_errno}")
         if setattr_mode != "apply":

@@ -14,6 +14,11 @@ tests mount it through tests/bucket_mount.py. Emulated, as hf-mount v0.9 does:
   open for writing without O_APPEND is then held as "truncate pending", the
   truncate to 0 by the same process makes it a write handle, a write before it
   is EPERM (what hf-mount says at open), and a close before it changes nothing.
+- `--refuse-at-close` behaves like rclone's `--vfs-cache-mode off` instead: an
+  open for writing without O_TRUNC (O_APPEND included) succeeds, its writes
+  fail with EPERM, and so does its close; the object is unchanged.
+  `--refuse-containing TEXT`: a commit whose bytes contain TEXT fails at close
+  with EPERM and is dropped (a mount refusing one object).
 - Commit = temp file in BACKING/.fusebucket-tmp (hidden from the mount), then
   os.replace. It happens in flush(), inside close(), when the closer is the
   process that opened the handle, as hf-mount's `flush` does: release() reaches
@@ -276,12 +281,17 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
             h, st = self._writer(path), self._lstat(path)
             self.count("open_write")
             return self._new_writer(path, h.mode if h else st.st_mode if st else 0o644)
-        if self.atomic_trunc or flags & os.O_APPEND:  # no append, no read-modify-write
-            _fail(errno.EPERM)
+        refuse_later = self.args.refuse_at_close  # rclone off: EPERM at write and close
+        if not refuse_later and (self.atomic_trunc or flags & os.O_APPEND):
+            _fail(errno.EPERM)  # hf-mount: no append, no read-modify-write
         fh = next(self.fhs)  # O_TRUNC may have been stripped: wait for the truncate
         self.pending[fh] = PendingTruncate(path, _tgid(mfusepy.fuse_get_context()[2]))
         self.count("open_pending_truncate")
         return fh
+
+    def _refused(self, h: WriteHandle) -> bool:
+        marker = self.args.refuse_containing
+        return marker is not None and marker.encode() in h.buf
 
     def _truncated_open(self, path: str | None, fh: int | None) -> int | None:
         """The pending open (of the calling process) that this truncate to 0 completes."""
@@ -405,8 +415,14 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         tid = mfusepy.fuse_get_context()[2]
         with self._lock:
             h = self.writers.get(fh)
+            if fh in self.pending and self.args.refuse_at_close:
+                _fail(errno.EPERM)
             if h is None or h.dropped:
                 return 0
+            if self._refused(h):
+                h.dropped = True
+                self.count("refused")
+                _fail(errno.EPERM)
             if self.args.kill_mode == "discard" and _killed_by_signal(tid):
                 h.dropped = True
                 self.count("discard")
@@ -424,6 +440,8 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         if fd is not None:
             os.close(fd)
         if h is not None:
+            with self._lock:
+                h.dropped = h.dropped or self._refused(h)
             try:
                 self._commit(h)
             finally:
@@ -580,6 +598,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-mode", choices=("commit", "discard"), default="commit")
     p.add_argument("--no-atomic-trunc", action="store_true",
                    help="do not ask for atomic O_TRUNC: the kernel truncates after open")
+    p.add_argument("--refuse-at-close", action="store_true",
+                   help="accept opens for writing without O_TRUNC, fail their close (rclone)")
+    p.add_argument("--refuse-containing", metavar="TEXT",
+                   help="fail (EPERM) and drop at close any object whose bytes contain TEXT")
     p.add_argument("--attr-timeout", type=float, default=0.0, metavar="S",
                    help="kernel cache of attributes and names (hf-mount: 10)")
     p.add_argument("--negative-timeout", type=float, default=0.0, metavar="S",

@@ -367,3 +367,30 @@ def test_daemon_unmounts_when_its_parent_dies(tmp_path: Path) -> None:
         finally:
             os.close(daemon)
     assert not is_mounted(mnt)
+
+
+@TRUNC_MODES
+def test_refuse_at_close_accepts_the_open_and_fails_the_close(bucket_factory: Factory,
+                                                              atomic_trunc: bool) -> None:
+    """rclone --vfs-cache-mode off: an append is refused at write and close, not at open."""
+    mount = bucket_factory(refuse_at_close=True, atomic_trunc=atomic_trunc)
+    put(mount.mountpoint / "log", b"line\n")
+    fd = os.open(mount.mountpoint / "log", os.O_WRONLY | os.O_APPEND)
+    assert errno_of(lambda: os.write(fd, b"more\n")) == errno.EPERM
+    assert errno_of(lambda: os.close(fd)) == errno.EPERM
+    assert (mount.backing / "log").read_bytes() == b"line\n"
+    put(mount.mountpoint / "log", b"replaced\n")  # O_TRUNC still works
+    assert (mount.backing / "log").read_bytes() == b"replaced\n"
+
+
+def test_refuse_containing_fails_that_commit_at_close(bucket_factory: Factory) -> None:
+    mount = bucket_factory(refuse_containing="NOPE", stats=True)
+    put(mount.mountpoint / "f", b"old")
+    fd = os.open(mount.mountpoint / "f", os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, b"NOPE, not this")
+    assert errno_of(lambda: os.close(fd)) == errno.EPERM
+    assert (mount.backing / "f").read_bytes() == b"old"
+    assert (mount.mountpoint / "f").read_bytes() == b"old"
+    put(mount.mountpoint / "g", b"fine")
+    assert (mount.backing / "g").read_bytes() == b"fine"
+    assert mount.stats()["refused"] == 1

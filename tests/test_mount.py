@@ -192,3 +192,67 @@ def test_no_rename_mount_holds_segments_sqlite_snapshots_and_journal(
     exported = subprocess.run([sys.executable, "-m", "syncengine", "journal", "export",
                                "--session", "s1"], env=env, capture_output=True, timeout=60)
     assert exported.returncode == 0 and b"a prompt" in exported.stdout
+
+
+def test_mount_that_refuses_appends_at_close_is_probed_and_used(
+        tree: Tree, cli: CliRunner, bucket_factory: Factory) -> None:
+    """rclone without a VFS cache accepts an O_APPEND open and fails its close (EPERM):
+    the probe records it as 'appends refused' and checkpoints publish."""
+    mount = bucket_factory(refuse_at_close=True)
+    env = _env(tree, mount.mountpoint)
+    tree.write("codex-home/a.json", "a")
+    cli("checkpoint", env=env, check=0)
+    assert "appends refused" in cli("status", env=env, check=0).stdout
+    assert (mount.backing / DUR / "a.json").read_text() == "a"
+    assert sorted(p.name for p in (mount.backing / DUR).iterdir()) == [".syncengine", "a.json"]
+
+
+RAW_X = {"adapters": [], "adapter": [{"name": "x", "live": "x", "durable": "state/x",
+                                      "segments": ["*.jsonl"]}]}
+
+
+def test_object_refused_at_close_keeps_the_previous_version_and_says_so(
+        tree: Tree, engine: EngineFactory, bucket_factory: Factory) -> None:
+    """An error at close is the mount refusing that object: it was not written, the
+    previous version stays (for a file and for a transcript's new segment), the run
+    goes on with the rest, ends incomplete, and the path is retried next pass."""
+    mount = bucket_factory(refuse_containing="REFUSE")
+    data = str(mount.mountpoint)
+    log = tree.write("x/log.jsonl", "one\n")
+    tree.write("x/a.json", "a1")
+    tree.write("x/b.json", "b1")
+    assert engine(RAW_X, DATA_DIR=data).checkpoint().ok
+    tree.write("x/a.json", "a2 REFUSE")
+    tree.write("x/b.json", "b2")
+    with log.open("a") as f:
+        f.write("two REFUSE\n")
+    report = engine(RAW_X, DATA_DIR=data).checkpoint()
+    assert not report.ok and report.adapters[0].fatal is None
+    assert sorted(e.path for e in report.errors) == ["a.json", "log.jsonl"]
+    assert all("refused the object at close" in e.reason for e in report.errors), report.errors
+    durable = mount.backing / "state/x"
+    assert (durable / "a.json").read_text() == "a1"
+    assert (durable / "b.json").read_text() == "b2"
+    assert not list(mount.backing.rglob("*.syncengine-tmp")), "a refused object was left"
+    shutil.rmtree(tree.local / "x")
+    assert engine(RAW_X, DATA_DIR=data).restore().ok
+    assert [(tree.local / "x" / n).read_text() for n in ("a.json", "b.json", "log.jsonl")] == [
+        "a1", "b2", "one\n"]
+    tree.write("x/a.json", "a3")
+    with log.open("a") as f:
+        f.write("three\n")
+    assert engine(RAW_X, DATA_DIR=data).checkpoint().ok
+    shutil.rmtree(tree.local / "x")
+    assert engine(RAW_X, DATA_DIR=data).restore().ok
+    assert (tree.local / "x/a.json").read_text() == "a3"
+    assert (tree.local / "x/log.jsonl").read_text() == "one\nthree\n"
+
+
+def test_manifest_refused_at_close_stops_the_adapter_and_says_so(
+        tree: Tree, engine: EngineFactory, bucket_factory: Factory) -> None:
+    mount = bucket_factory(refuse_containing="REFUSE")
+    tree.write("x/REFUSE.json", "only its name is refused: it is in the manifest")
+    report = engine(RAW_X, DATA_DIR=str(mount.mountpoint)).checkpoint()
+    fatal = report.adapters[0].fatal or ""
+    assert "manifest" in fatal and "refused the object at close" in fatal, report
+    assert not list((mount.backing / "state/x/.syncengine/manifest").glob("*.jsonl"))
