@@ -17,6 +17,13 @@ A test that is about local behaviour only, or cannot work on a FUSE mount
 (a bind mount of ``data/``), is marked ``@pytest.mark.dir_only("reason")``
 and runs once.  The ``[bucket]`` runs skip, with the reason, where FUSE is
 unavailable.
+
+A test marked ``@pytest.mark.rclone`` also runs on real rclone mounts
+(tests/rclone_mount.py): ``[rclone-off]`` and ``[rclone-writes]``, ``data/``
+mounted over ``bucket/``.  `tree.backing` is then what can be read without
+waiting for rclone's write-back: ``bucket/`` in off mode, the mount itself in
+writes mode; ``tree.ops()`` is ``{}``.  Mark tests that hold on any mount that
+commits on close; they skip where rclone is missing (and fail under CI).
 """
 
 from __future__ import annotations
@@ -34,14 +41,17 @@ import attrs
 import pytest
 
 from syncengine import Engine, config_from_dict
-from tests import bucket_mount
+from tests import bucket_mount, rclone_mount
 from tests.bucket_mount import BucketMount, fuse_available
 from tests.helpers import snapshot
+from tests.rclone_mount import RcloneMount, require_rclone
 
 bucket = bucket_mount.bucket  # fixtures for the emulator tests
 bucket_factory = bucket_mount.bucket_factory
+rclone_factory = rclone_mount.rclone_factory  # real rclone mounts (tests/rclone_mount.py)
 
 DURABLE_KINDS = ("dir", "bucket")
+RCLONE_KINDS = ("rclone-off", "rclone-writes")
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -55,6 +65,7 @@ class Tree:
     kind: str = "dir"
     backing: Path = attrs.field(default=attrs.Factory(lambda self: self.data, takes_self=True))
     mount: BucketMount | None = None
+    rclone: RcloneMount | None = None
 
     def ops(self) -> dict[str, int]:
         """Operation counts on the durable mount so far ({} for a plain directory)."""
@@ -119,6 +130,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "dir_only(reason): run with a plain-directory durable root only (not on the "
         "bucket emulator); say why")
+    config.addinivalue_line(
+        "markers", "rclone: also run with the durable root on real rclone mounts "
+        "(--vfs-cache-mode off and writes)")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -129,6 +143,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if marker is not None and not (marker.args or marker.kwargs.get("reason")):
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: dir_only needs a reason")
     kinds = ["dir"] if marker is not None else list(DURABLE_KINDS)
+    if marker is None and metafunc.definition.get_closest_marker("rclone") is not None:
+        kinds += RCLONE_KINDS
     metafunc.parametrize("durable_kind", kinds, indirect=True)
 
 
@@ -145,6 +161,12 @@ def tree(tmp_path: Path, durable_kind: str) -> Iterator[Tree]:
     data.mkdir()
     if durable_kind == "dir":
         yield Tree(tmp_path, local, data)
+        return
+    if durable_kind in RCLONE_KINDS:
+        require_rclone()
+        with RcloneMount(tmp_path / "bucket", data, durable_kind.split("-", 1)[1]) as rclone:
+            yield Tree(tmp_path, local, data, kind=durable_kind, backing=rclone.view,
+                       rclone=rclone)
         return
     ok, reason = fuse_available()
     if not ok:

@@ -37,6 +37,7 @@ def test_first_checkpoint_publishes_files_with_modes(tree: Tree, cli: CliRunner)
     assert not list((durable / ".syncengine" / "staging").iterdir())
 
 
+@pytest.mark.rclone
 def test_idle_and_touch_only_checkpoints_write_nothing_durable(tree: Tree, cli: CliRunner
                                                                ) -> None:
     old = time.time_ns() - 10 * 10**9  # older than the timestamp-granularity window
@@ -56,6 +57,7 @@ def test_idle_and_touch_only_checkpoints_write_nothing_durable(tree: Tree, cli: 
     assert "codex: published 0 file(s), 0 bytes, 0 unchanged" in out.stdout
 
 
+@pytest.mark.rclone
 def test_changed_file_is_published_and_manifest_grows_by_a_delta(tree: Tree, cli: CliRunner
                                                                  ) -> None:
     tree.write(f"{CODEX}/history.jsonl", "one\n")
@@ -67,6 +69,7 @@ def test_changed_file_is_published_and_manifest_grows_by_a_delta(tree: Tree, cli
     assert names == ["000000000001.base.jsonl", "000000000002.delta.jsonl"]
 
 
+@pytest.mark.rclone
 def test_shrunk_file_is_published(tree: Tree, cli: CliRunner) -> None:
     tree.write(f"{CODEX}/history.jsonl", "a\n" * 1000)
     cli("checkpoint", check=0)
@@ -75,6 +78,7 @@ def test_shrunk_file_is_published(tree: Tree, cli: CliRunner) -> None:
     assert (tree.data / DUR / "history.jsonl").read_bytes() == b"b\n" * 10
 
 
+@pytest.mark.rclone
 def test_deleted_local_file_stays_durable(tree: Tree, cli: CliRunner) -> None:
     tree.write(f"{CODEX}/sessions/old.jsonl", "kept\n")
     tree.write(f"{CODEX}/history.jsonl", "h\n")

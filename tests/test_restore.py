@@ -65,6 +65,7 @@ def _check_restored(tree: Tree) -> None:
             assert st.st_mtime_ns == OLD + i, rel
 
 
+@pytest.mark.rclone
 def test_restore_each_builtin_adapter_into_an_empty_tree(tree: Tree, cli: CliRunner) -> None:
     _populate(tree)
     cli("checkpoint", check=0)

@@ -228,6 +228,7 @@ def test_long_chain_is_compacted(tree: Tree, engine: EngineFactory,
     assert (tree.local / "x" / LOG).read_bytes() == expected
 
 
+@pytest.mark.rclone
 def test_final_checkpoint_publishes_partial_line_and_chain_continues_after_restore(
         tree: Tree, engine: EngineFactory, cli: CliRunner) -> None:
     tree.write(f"x/{LOG}", b"done\nhalf")
@@ -294,6 +295,7 @@ def three_lines(tree: Tree, engine: EngineFactory) -> tuple[Path, Engine]:
     return path, eng
 
 
+@pytest.mark.rclone
 def test_an_append_publishes_one_object_and_no_manifest(tree: Tree, engine: EngineFactory
                                                         ) -> None:
     path = tree.write(f"x/{LOG}", b'{"line": 0}\n' * 100)

@@ -1,0 +1,171 @@
+"""Mount a real rclone over a local directory from tests: a context manager and fixtures.
+
+``rclone mount BACKING MOUNTPOINT --vfs-cache-mode MODE`` (rclone from Debian),
+BACKING a plain directory playing the bucket, in the two modes rclone users run
+(docs/durable-target.md, measured with rclone 1.60):
+
+- ``off`` (rclone's default): bytes stream into BACKING while a file is
+  written and close finishes it; an open for writing without O_TRUNC (an
+  append) is accepted and refused at close (EPERM); rename deletes, then moves.
+- ``writes``: files are written to a local cache and uploaded after close,
+  after a write-back delay, so BACKING lags behind what the mount shows.  Tests
+  never wait for that upload: they look through the mount (`view`), and a
+  restart that drops the cache is only done in ``off`` mode.
+
+Neither mode stores modes (chmod is accepted and dropped) nor symlinks.
+
+The rclone process runs in the foreground, owned by the test (never
+``--daemon``), gets SIGTERM if the test process dies (PR_SET_PDEATHSIG), is
+unmounted with ``fusermount3 -u`` (``-uz`` if busy) and killed if it does not
+exit.  Fixtures: `rclone_factory` (``make(mode, name="rclone")``), skipped with
+the reason where rclone or FUSE is missing, and failing instead under CI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+
+import pytest
+
+from tests.bucket_mount import is_mounted
+
+MODES = ("off", "writes")
+TIMEOUT = 20.0  # seconds for rclone to mount, and to exit after unmount
+
+
+def rclone_available() -> tuple[bool, str]:
+    """(True, "") when an rclone FUSE mount can be made here, else (False, why not)."""
+    if shutil.which("rclone") is None:
+        return False, "rclone not found (Debian package rclone)"
+    if shutil.which("fusermount3") is None:
+        return False, "fusermount3 not found (Debian package fuse3)"
+    try:
+        os.close(os.open("/dev/fuse", os.O_RDWR))
+    except OSError as e:
+        return False, f"cannot open /dev/fuse read-write: {e.strerror}"
+    return True, ""
+
+
+def require_rclone() -> None:
+    """Skip (fail under CI, where .ci/run installs rclone) when rclone cannot mount."""
+    ok, reason = rclone_available()
+    if not ok:
+        if os.environ.get("CI"):
+            pytest.fail(f"rclone mount tests must run in CI: {reason}")
+        pytest.skip(reason)
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+class RcloneMount:
+    """One ``rclone mount`` serving BACKING at MOUNTPOINT with a given VFS cache mode."""
+
+    def __init__(self, backing: str | os.PathLike[str], mountpoint: str | os.PathLike[str],
+                 mode: str) -> None:
+        if mode not in MODES:
+            raise ValueError(f"rclone vfs cache mode {mode!r}: one of {MODES}")
+        self.backing = Path(backing)
+        self.mountpoint = Path(mountpoint)
+        self.mode = mode
+        self.process: subprocess.Popen[bytes] | None = None
+        self._workdir: Path | None = None
+
+    @property
+    def view(self) -> Path:
+        """Where a test can read what is durable without depending on write-back timing:
+        the bucket itself in ``off`` mode, the mount in ``writes`` mode."""
+        return self.backing if self.mode == "off" else self.mountpoint
+
+    def __enter__(self) -> RcloneMount:
+        return self.mount()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.unmount()
+
+    def mount(self) -> RcloneMount:
+        """Start rclone and return once the kernel has the mount."""
+        if self.process is not None:
+            raise RuntimeError(f"{self.mountpoint} already mounted by this RcloneMount")
+        self.backing.mkdir(parents=True, exist_ok=True)
+        self.mountpoint.mkdir(parents=True, exist_ok=True)
+        self._workdir = Path(tempfile.mkdtemp(prefix=f".{self.mountpoint.name}.rclone-",
+                                              dir=self.mountpoint.parent))
+        command = ["rclone", "mount", str(self.backing), str(self.mountpoint),
+                   "--vfs-cache-mode", self.mode, "--cache-dir", str(self._workdir / "cache"),
+                   "--config", "/dev/null", "--log-file", str(self._workdir / "log")]
+        with open("/proc/self/mountinfo", "rb") as mounts:  # POLLPRI when the table changes
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL,
+                                            preexec_fn=_die_with_parent)
+            poller = select.poll()
+            poller.register(mounts, select.POLLPRI | select.POLLERR)
+            deadline = time.monotonic() + TIMEOUT
+            while not is_mounted(self.mountpoint):
+                remaining = deadline - time.monotonic()
+                if self.process.poll() is not None or remaining <= 0:
+                    why = self._log() or ("timed out" if remaining <= 0 else "it exited")
+                    self.unmount()
+                    raise RuntimeError(f"rclone did not mount {self.mountpoint}: {why}")
+                poller.poll(min(remaining, 1.0) * 1000)  # 1 s: rclone dying is no mount event
+        return self
+
+    def unmount(self) -> None:
+        """Unmount (lazily if busy), wait for rclone, remove its cache.  Idempotent."""
+        process, self.process = self.process, None
+        try:
+            if is_mounted(self.mountpoint) and not _fusermount("-u", self.mountpoint):
+                _fusermount("-uz", self.mountpoint)
+            if process is not None:
+                try:
+                    process.wait(timeout=TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        finally:
+            if self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+                self._workdir = None
+
+    def _log(self) -> str:
+        if self._workdir is None:
+            return ""
+        with contextlib.suppress(OSError):
+            return (self._workdir / "log").read_text(errors="replace").strip()[-2000:]
+        return ""
+
+
+def _fusermount(flag: str, mountpoint: Path) -> bool:
+    done = subprocess.run(["fusermount3", flag, str(mountpoint)], capture_output=True,
+                          check=False)
+    return done.returncode == 0
+
+
+@pytest.fixture
+def rclone_factory(tmp_path: Path) -> Iterator[Callable[..., RcloneMount]]:
+    """make(mode, name="rclone"): mounted over tmp_path/name, unmounted at teardown."""
+    require_rclone()
+    mounts: list[RcloneMount] = []
+
+    def make(mode: str, name: str = "rclone") -> RcloneMount:
+        mount = RcloneMount(tmp_path / name, tmp_path / f"{name}.mnt", mode)
+        mounts.append(mount)
+        return mount.mount()
+
+    yield make
+    for mount in reversed(mounts):
+        mount.unmount()
