@@ -48,14 +48,23 @@ ATOMIC_TRUNC = True
 
 
 @functools.cache
-def fuse_available() -> tuple[bool, str]:
-    """(True, "") when a FUSE mount can be made here, else (False, why not)."""
+def fuse_mountable() -> tuple[bool, str]:
+    """(True, "") when this process can make any FUSE mount, else (False, why not)."""
     if shutil.which("fusermount3") is None:
         return False, "fusermount3 not found (Debian package fuse3)"
     try:
         os.close(os.open("/dev/fuse", os.O_RDWR))
     except OSError as e:
         return False, f"cannot open /dev/fuse read-write: {e.strerror}"
+    return True, ""
+
+
+@functools.cache
+def fuse_available() -> tuple[bool, str]:
+    """(True, "") when the emulator can be mounted here, else (False, why not)."""
+    ok, reason = fuse_mountable()
+    if not ok:
+        return ok, reason
     try:
         import mfusepy  # noqa: F401
     except (ImportError, OSError) as e:

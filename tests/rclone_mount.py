@@ -38,7 +38,7 @@ from types import TracebackType
 
 import pytest
 
-from tests.bucket_mount import is_mounted
+from tests.bucket_mount import fuse_mountable, is_mounted
 
 MODES = ("off", "writes")
 TIMEOUT = 20.0  # seconds for rclone to mount, and to exit after unmount
@@ -48,13 +48,7 @@ def rclone_available() -> tuple[bool, str]:
     """(True, "") when an rclone FUSE mount can be made here, else (False, why not)."""
     if shutil.which("rclone") is None:
         return False, "rclone not found (Debian package rclone)"
-    if shutil.which("fusermount3") is None:
-        return False, "fusermount3 not found (Debian package fuse3)"
-    try:
-        os.close(os.open("/dev/fuse", os.O_RDWR))
-    except OSError as e:
-        return False, f"cannot open /dev/fuse read-write: {e.strerror}"
-    return True, ""
+    return fuse_mountable()
 
 
 def require_rclone() -> None:
