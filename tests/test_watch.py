@@ -196,6 +196,7 @@ for i in range(300):
 """
 
 
+@pytest.mark.dir_only("watches the local tree only")
 def test_nested_directories_created_quickly_raise_no_library_warning(
         tree: Tree, watcher: Watcher) -> None:
     """watchdog re-adds the watch of a directory created while it walks the parent and
