@@ -114,8 +114,8 @@ class Store:
             if not tmp.published:
                 tmp.discard()
 
-    def close(self, tmp: savefile.Staged, relpath: str, *, mode: int | None = None,
-              mtime_ns: int | None = None) -> None:
+    def close(self, tmp: savefile.Staged, relpath: str | None = None, *,
+              mode: int | None = None, mtime_ns: int | None = None) -> None:
         """Close (= commit on a mount) the new object for `relpath`, with mode and mtime.
 
         An error at close means the object was not written; `staged` then
@@ -128,7 +128,8 @@ class Store:
             if self.attrs_after_close:
                 tmp.set_attrs(mode=mode, mtime_ns=mtime_ns)
         except OSError as exc:
-            raise commit_error(relpath, self.root / relpath, exc) from exc
+            target = self.root / relpath if relpath else tmp.name
+            raise commit_error(relpath or tmp.name, target, exc) from exc
 
     def publish(self, tmp: savefile.Staged, relpath: str) -> str | None:
         """Make a closed object the new version of `relpath`.
