@@ -208,7 +208,7 @@ def test_missing_durable_object_fails_restore_naming_it(tree: Tree, cli: CliRunn
     tree.write("codex-home/a.json", "a")
     tree.write("codex-home/b.json", "b")
     cli("checkpoint", check=0)
-    (tree.data / "state/codex/a.json").unlink()
+    (tree.backing / "state/codex/a.json").unlink()
     shutil.rmtree(tree.local)
     out = cli("restore", check=1)
     assert "a.json" in out.stderr and "missing on the durable side" in out.stderr
@@ -245,7 +245,7 @@ def test_gap_in_manifest_sequence_makes_restore_incomplete(tree: Tree, cli: CliR
     for name in "abc":
         tree.write(f"codex-home/{name}.json", name)
         cli("checkpoint", check=0)
-    (tree.data / "state/codex/.syncengine/manifest/000000000002.delta.jsonl").unlink()
+    (tree.backing / "state/codex/.syncengine/manifest/000000000002.delta.jsonl").unlink()
     shutil.rmtree(tree.local)
     out = cli("restore", check=1)
     assert "000000000002 to 000000000002 are missing" in out.stderr
