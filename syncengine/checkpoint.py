@@ -155,12 +155,12 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
         segments.mark_recorded(state.index, recorded)
         failed = {e.path for e in errors}
         _record_companions(state, [c for c, base in companions if base not in failed], recent)
-        if uploads:
-            _finish_staging(state)
     else:  # keep verified-equal results; published ones are taken again next pass
         _apply(state.index, [d for d in done if d.copied and not d.copied.published], started_ns)
     if state.index.changed:
         state.index.save(state.index_path)
+    if fatal is None and uploads:  # after the index knows the manifest object (recorded.py)
+        _finish_staging(state)
     copied = [d.copied for d in published if d.copied is not None]
     return AdapterReport(
         name=state.name, files=len(copied) if fatal is None else 0,
@@ -354,7 +354,7 @@ def write_base(state: AdapterState, entries: Iterable[Entry], now_ns: int) -> st
     meta = state.index.meta
     seq = int(meta.get("manifest_seq", 0)) + 1
     name = manifest.write(state.store, state.name, seq, "base", entries, created_ns=now_ns)
-    meta.update(manifest_seq=seq, base_seq=seq, deltas=0)
+    meta.update(manifest_seq=seq, base_seq=seq, deltas=0, written_seq=seq)
     state.index.changed = True
     return name
 
@@ -373,7 +373,7 @@ def _write_manifest(state: AdapterState, entries: list[Entry], now_ns: int
         name = write_base(state, entries, now_ns)
     else:
         name = manifest.write(state.store, state.name, seq, "delta", entries, created_ns=now_ns)
-        meta.update(manifest_seq=seq, deltas=int(meta.get("deltas", 0)) + 1)
+        meta.update(manifest_seq=seq, deltas=int(meta.get("deltas", 0)) + 1, written_seq=seq)
     state.index.changed = True
     log.info("checkpoint.manifest adapter=%s object=%s entries=%d", state.name, name,
              len(entries))
@@ -435,8 +435,20 @@ def _prepare_staging(state: AdapterState) -> None:
         if removed:
             log.info("checkpoint.swept-staging adapter=%s files=%d", state.name, removed)
     else:
-        state.staging_marker.parent.mkdir(parents=True, exist_ok=True)
-        state.staging_marker.touch()
+        mark_unrecorded(state)
+
+
+def mark_unrecorded(state: AdapterState) -> None:
+    """Say that the durable side may hold versions the manifest does not record (a pass
+    about to rename, or a restore that found newer ones): the next pass that publishes
+    copies changed files instead of trusting hashes and writes a full base."""
+    state.staging_marker.parent.mkdir(parents=True, exist_ok=True)
+    state.staging_marker.touch()
+
+
+def staging_marker(state_dir: Path, adapter: str) -> Path:
+    """Where an adapter's staging marker lives (see `mark_unrecorded`)."""
+    return state_dir / "staging" / f"{adapter}.pending"
 
 
 def _finish_staging(state: AdapterState) -> None:

@@ -88,7 +88,7 @@ class Engine:
         return status.index_path(self.config.state_dir, name)
 
     def _state(self, spec: AdapterSpec) -> AdapterState:
-        from syncengine.checkpoint import AdapterState
+        from syncengine.checkpoint import AdapterState, staging_marker
 
         index = self._indexes.get(spec.name)
         if index is not None and index.file_sig != file_signature(self._index_path(spec.name)):
@@ -104,7 +104,7 @@ class Engine:
         state = AdapterState(
             name=spec.name, live=spec.live, store=Store(spec.durable), index=index,
             index_path=self._index_path(spec.name),
-            staging_marker=self.config.state_dir / "staging" / f"{spec.name}.pending",
+            staging_marker=staging_marker(self.config.state_dir, spec.name),
             segments=self._logs.get(spec.name),
             sqlite=self._sqlite_options(), sqlite_patterns=spec.sqlite,
         )
@@ -291,14 +291,13 @@ class Engine:
             self._check_durable_root()
             state = self._state(spec)
             self._unseeded.discard(spec.name)  # restore reads the manifest itself
-            if not state.store.exists():
+            if not state.store.exists():  # local databases are still checked (sqlite_restore)
                 log.info("restore.nothing adapter=%s durable=%s (no checkpoint yet)", spec.name,
                          spec.durable)
-                return AdapterReport(spec.name)
             entries, problems, source = restore.durable_entries(state.store, state.index)
             for problem in problems:
                 log.error("manifest.problem %s", problem)
-            actions = restore.plan(state, entries)
+            actions = restore.plan(state, entries, source)
             if dry_run:
                 return AdapterReport(spec.name, plan=tuple(map(str, actions)))
             log.info("restore.start adapter=%s entries=%d source=%s", spec.name, len(entries),

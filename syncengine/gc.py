@@ -19,9 +19,10 @@ period.  SQLite snapshots are replaced in place (one name per database), so
 none are superseded.
 
 Refuses (exit 1, with the reason) while the last restore is incomplete, and
-per adapter when the live tree is missing or holds fewer than
-``min_present_ratio`` of the manifest's paths (a bad mount or a partial
-restore must never look like mass deletion).
+per adapter when the manifest has an unreadable object or an invalid entry
+(what it names is unknown, so nothing may look unreferenced), or the live
+tree is missing or holds fewer than ``min_present_ratio`` of the manifest's
+paths (a bad mount or a partial restore must never look like mass deletion).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class Facts:
     live_exists: bool
     staging: tuple[tuple[str, int, int], ...]  # (object name, bytes, mtime_ns)
     chain_objects: tuple[tuple[str, str, str, int, int], ...]  # (path, chain, name, bytes, mtime)
+    unusable: tuple[str, ...] = ()  # manifest problems and invalid entries (manifest.py)
 
 
 @attrs.frozen
@@ -164,6 +166,9 @@ def _when(ns: int) -> str:
 
 def refusal(facts: Facts, cfg: GcConfig) -> str | None:
     """Why this adapter's local view cannot be trusted for gc, or None."""
+    if facts.unusable:  # an object or entry nobody can read may name what gc would delete
+        return (f"the manifest is not whole ({len(facts.unusable)} unreadable object(s) or "
+                f"invalid entries, first: {facts.unusable[0]}); run `syncengine verify`")
     if not facts.entries:
         return None
     if not facts.live_exists:
@@ -266,8 +271,10 @@ def gather(state: AdapterState) -> Facts:
         path_d, _, chain = head.rpartition("/")
         if path_d.endswith(".d") and chain:
             chain_objs.append((path_d[:-2], chain, rel, st.st_size, st.st_mtime_ns))
+    unusable = mstate.problems + tuple(f"{e.path}: {e.problem}" for e in mstate.invalid.values())
     return Facts(state.name, mstate.entries, mstate.last_seq, mstate.base_seq, tuple(objects),
-                 absent, missing, state.live.is_dir(), tuple(staging), tuple(chain_objs))
+                 absent, missing, state.live.is_dir(), tuple(staging), tuple(chain_objs),
+                 unusable)
 
 
 def _exists_locally(state: AdapterState, path: str) -> bool:

@@ -1,48 +1,81 @@
 """The manifest: what was published, as closed JSON-lines objects on the durable side.
 
-Owns the manifest format.  Each checkpoint that published something writes one
-new *delta* object with the entries it changed; every `COMPACT_AFTER` deltas a
-*base* object with all entries replaces the chain for readers.  Objects are
-named ``.syncengine/manifest/<seq>.<base|delta>.jsonl`` with a zero-padded,
-strictly increasing sequence number, so a reader lists one directory, takes
-the newest base and applies the deltas after it in order.  Nothing is ever
+Owns the manifest format and what a reader may conclude from it.  Each
+checkpoint that published something writes one new *delta* object with the
+entries it changed; every `COMPACT_AFTER` deltas a *base* object with all
+entries replaces the chain for readers.  Objects are named
+``.syncengine/manifest/<seq>.<base|delta>.jsonl`` with a zero-padded, strictly
+increasing sequence number, so a reader lists one directory, takes the newest
+readable base and applies the deltas after it in order.  Nothing is ever
 rewritten in place; superseded objects are left for ``gc``.
 
-Each object opens with a header line and ends with an ``{"end": N}`` trailer:
-an object without its trailer (a truncated write on a mount that commits a
-killed writer's bytes) is reported and ignored.  Entry kinds other than
-``file`` and ``symlink`` (SQLite snapshots, append-only segments) are kept
-verbatim, so an older reader preserves what a newer writer recorded.
+Each object opens with a header line and ends with an ``{"end": N}`` trailer.
+Entry kinds other than ``file`` and ``symlink`` (SQLite snapshots,
+append-only segments) are kept verbatim, so an older reader preserves what a
+newer writer recorded.
+
+What an unreadable object means (`load`).  A base holds every entry *and*
+the changes of the pass that wrote it (that pass writes no delta), so an
+object that cannot be read loses what it recorded, whatever its kind.  It is
+harmless only when a readable base with a higher sequence number supersedes
+it; otherwise it is a *problem*: the restore is incomplete (exit 1, the object
+named) until a complete newer base is written.  One exception, a *torn*
+newest object: its bytes are a strict prefix of a well-formed object (header,
+whole entry lines, no trailer) and it was written under its final name
+(header ``"in_place": true``, on a mount without rename; when its own header
+was cut, the newest object read says so).  Only there can a checkpoint killed
+while writing its manifest leave one; with rename, a killed writer's object
+never reaches its name, so a cut object there was cut after it was complete.
+A torn object's checkpoint never completed: its versions went to new unique
+names nothing refers to, so the manifest as of the object before is the last
+completed checkpoint, as if the kill had come a moment earlier; the restore
+is complete, with a warning.  The next object written after it is a full base
+(`deltas_since_base`), so a torn object never ends up inside the chain.
+
+Entries are validated one by one: an entry with a field of the wrong type or
+out of range (a negative size, an mtime beyond 64-bit nanoseconds, a mode
+outside 0..0o7777, a hash that is not ``xxh3_64:`` and 16 hex digits, a
+symlink without a target, NUL in a name) is that path's problem
+(`ManifestState.invalid`), replacing what older objects recorded for the
+path; the other entries stay usable.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from syncengine.errors import SyncEngineError
 from syncengine.safepath import DirCache
 from syncengine.store import MANIFEST_DIR, Store
 
 FORMAT = 1
 COMPACT_AFTER = 64
+INVALID = "invalid"  # the kind of a placeholder for an entry that failed validation
 _NAME = re.compile(r"^(\d{12})\.(base|delta)\.jsonl$")
+_HASH = re.compile(r"xxh3_64:([0-9a-fA-F]{16})\Z")
+_KIND = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")
+_HEADER_START = b'{"syncengine_manifest": '
+_INT64 = 1 << 63
 
 
 def format_hash(h: int) -> str:
     return f"xxh3_64:{h:016x}"
 
 
-def parse_hash(text: str | None) -> int | None:
-    if not text or not text.startswith("xxh3_64:"):
+def parse_hash(text: object) -> int | None:
+    """The hash of a manifest field: None when absent; ValueError when malformed."""
+    if text is None:
         return None
-    try:
-        return int(text[8:], 16)
-    except ValueError:
-        return None
+    m = _HASH.match(text) if isinstance(text, str) else None
+    if m is None:
+        raise ValueError(f"hash {text!r} is not 'xxh3_64:' and 16 hex digits")
+    return int(m.group(1), 16)
 
 
 @attrs.frozen
@@ -62,6 +95,11 @@ class Entry:
     @property
     def location(self) -> str:
         return self.object or self.path
+
+    @property
+    def problem(self) -> str | None:
+        """Why the manifest's record of this path is unusable (an `INVALID` placeholder)."""
+        return str(self.extra.get("problem")) if self.kind == INVALID else None
 
     def index_extra(self) -> dict[str, Any] | None:
         """What the local index keeps beside the record (`Index.extras`) for this entry."""
@@ -85,22 +123,69 @@ class Entry:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Entry:
-        extra = {} if data.keys() <= _KNOWN else {k: v for k, v in data.items()
-                                                  if k not in _KNOWN}
+        """Validate one entry line; raise ValueError naming the field that is wrong."""
+        path = _name(data.get("path"), "path")
+        kind = data.get("kind", "file")
+        if not isinstance(kind, str) or not _KIND.match(kind) or kind == INVALID:
+            raise ValueError(f"kind {kind!r} is not a known or well-formed entry kind")
+        symlink = kind == "symlink"
+        extra = {} if data.keys() <= _KNOWN else {
+            k: v for k, v in data.items() if k not in _KNOWN and not k.startswith("_")}
         return cls(
-            path=str(data["path"]),
-            kind=str(data.get("kind", "file")),
-            size=int(data.get("size", 0)),
-            mtime_ns=int(data.get("mtime_ns", 0)),
-            mode=int(data.get("mode", 0o644)),
-            hash=parse_hash(data.get("hash")),
-            target=data.get("target"),
-            object=data.get("object"),
+            path=path, kind=kind,
+            size=0 if symlink else _int(data, "size", 0, 0, _INT64),
+            mtime_ns=_int(data, "mtime_ns", 0, -_INT64 + 1, _INT64),
+            mode=0o644 if symlink else _int(data, "mode", 0o644, 0, 0o7777 + 1),
+            hash=None if symlink else parse_hash(data.get("hash")),
+            target=_name(data.get("target"), "symlink target") if symlink else None,
+            object=None if data.get("object") is None else _name(data["object"], "object"),
             extra=extra,
         )
 
+    @classmethod
+    def invalid(cls, path: str, problem: str) -> Entry:
+        """A placeholder for an entry that failed validation: restore and verify report it."""
+        return cls(path, INVALID, extra={"problem": problem})
+
 
 _KNOWN = frozenset({"path", "kind", "size", "mtime_ns", "mode", "hash", "target", "object"})
+
+
+def _int(data: Mapping[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = data.get(key, default)
+    if type(value) is not int:  # a bool or a float is not a size, a time or a mode
+        raise ValueError(f"{key} {value!r} is not an integer")
+    if not low <= value < high:
+        raise ValueError(f"{key} {value} is out of range")
+    return value
+
+
+def _name(value: object, what: str) -> str:
+    """A name from the manifest that the OS can take (safety is checked where it is used)."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} {value!r} is missing or not a non-empty string")
+    if "\0" in value:
+        raise ValueError(f"{what} {value!r} contains NUL")
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} {value!r} is not a valid file name") from exc
+    return value
+
+
+def _entry(row: object, label: str) -> Entry:
+    """An Entry, or an INVALID placeholder named by the path (or by `label`)."""
+    if not isinstance(row, dict):
+        return Entry.invalid(label, "an entry line is not a JSON object")
+    try:
+        return Entry.from_json(row)
+    except ValueError as exc:
+        path = row.get("path")
+        try:
+            named = _name(path, "path")
+        except ValueError:
+            named = label
+        return Entry.invalid(named, f"malformed manifest entry ({exc})")
 
 
 @attrs.frozen
@@ -110,9 +195,16 @@ class ManifestState:
     entries: Mapping[str, Entry]
     last_seq: int
     base_seq: int
-    deltas_since_base: int
+    deltas_since_base: int  # COMPACT_AFTER after a torn object: the next one is a base
     problems: tuple[str, ...] = ()  # information was lost: a restore must say incomplete
-    warnings: tuple[str, ...] = ()  # unreadable objects whose content is covered by others
+    warnings: tuple[str, ...] = ()  # a torn newest object, ignored
+    invalid: Mapping[str, Entry] = attrs.field(factory=dict)  # INVALID placeholders by path
+    readable: bool = False  # at least one object was read
+
+    @property
+    def complete(self) -> bool:
+        """Nothing lost and every entry usable (gc deletes nothing otherwise)."""
+        return not self.problems and not self.invalid
 
 
 def object_name(seq: int, kind: str) -> str:
@@ -130,9 +222,14 @@ def list_objects(store: Store) -> list[tuple[int, str, str]]:
 
 
 def encode(adapter: str, seq: int, kind: str, entries: Iterable[Entry], *,
-           created_ns: int) -> bytes:
-    lines = [json.dumps({"syncengine_manifest": FORMAT, "adapter": adapter, "seq": seq,
-                         "type": kind, "created_ns": created_ns})]
+           created_ns: int, in_place: bool = False) -> bytes:
+    """One object's bytes.  `in_place`: written under its final name (a mount without
+    rename), so a killed writer may leave it cut short (see the module docstring)."""
+    header = {"syncengine_manifest": FORMAT, "adapter": adapter, "seq": seq, "type": kind,
+              "created_ns": created_ns}
+    if in_place:
+        header["in_place"] = True
+    lines = [json.dumps(header)]
     count = 0
     for entry in entries:
         lines.append(json.dumps(entry.to_json(), separators=(",", ":")))
@@ -141,82 +238,167 @@ def encode(adapter: str, seq: int, kind: str, entries: Iterable[Entry], *,
     return ("\n".join(lines) + "\n").encode()
 
 
-def decode(data: bytes) -> tuple[dict[str, Any], list[Entry]]:
-    """Parse one object; raise ValueError when it is truncated or malformed."""
-    lines = data.decode("utf-8").splitlines()
+def decode(data: bytes, name: str = "manifest") -> tuple[dict[str, Any], list[Entry]]:
+    """Parse one object; raise ValueError when it is truncated or malformed as a whole.
+
+    An entry line that is not a valid entry becomes an `INVALID` placeholder,
+    named by its path or, without a usable one, by `name` and its line number.
+    """
+    lines = data.decode("utf-8").split("\n")
+    if lines[-1] == "":
+        lines.pop()
     if len(lines) < 2:
         raise ValueError("too short")
-    header = json.loads(lines[0])
-    if header.get("syncengine_manifest") != FORMAT:
-        raise ValueError(f"unknown format {header.get('syncengine_manifest')!r}")
-    trailer = json.loads(lines[-1])
+    header = _json(lines[0])
+    if not isinstance(header, dict) or header.get("syncengine_manifest") != FORMAT:
+        got = header.get("syncengine_manifest") if isinstance(header, dict) else header
+        raise ValueError(f"unknown format {got!r}")
+    trailer = _json(lines[-1])
     body = lines[1:-1]
     if not isinstance(trailer, dict) or trailer.get("end") != len(body):
         raise ValueError("missing or wrong end marker (truncated object)")
-    rows = json.loads("[" + ",".join(body) + "]") if body else []  # one parse, not one per line
-    if len(rows) != len(body) or not all(isinstance(row, dict) for row in rows):
-        raise ValueError("an entry line is not one JSON object")
-    return header, [Entry.from_json(row) for row in rows]
+    try:  # one parse, not one per line
+        rows = json.loads("[" + ",".join(body) + "]") if body else []
+    except (ValueError, RecursionError):
+        rows = []
+    if len(rows) != len(body):  # a line that is not one JSON value: find it
+        rows = [_json(line, default=None) for line in body]
+    return header, [_entry(row, f"{name} line {i + 2}") for i, row in enumerate(rows)]
+
+
+def _json(line: str, default: Any = ValueError) -> Any:
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        if default is ValueError:
+            raise ValueError(f"not JSON ({exc})") from None
+        return default
+
+
+def is_torn(data: bytes) -> bool:
+    """Whether `data` is a strict prefix of a well-formed object: what a mount that
+    commits a killed writer's bytes leaves (the header and whole entry lines, no
+    trailer).  Garbage, another format or a complete trailer is not torn."""
+    whole, newline, _cut = data.rpartition(b"\n")
+    if not newline:  # not even the header line is whole
+        return _HEADER_START.startswith(data) or data.startswith(_HEADER_START)
+    lines = whole.split(b"\n")
+    try:
+        header = json.loads(lines[0])
+        rows = [json.loads(line) for line in lines[1:]]
+    except (ValueError, RecursionError):
+        return False
+    return (isinstance(header, dict) and header.get("syncengine_manifest") == FORMAT
+            and all(isinstance(r, dict) and ("end" not in r or "path" in r) for r in rows))
 
 
 def write(store: Store, adapter: str, seq: int, kind: str, entries: Iterable[Entry], *,
           created_ns: int) -> str:
     """Publish one manifest object; return its name."""
     name = object_name(seq, kind)
-    store.put_bytes(name, encode(adapter, seq, kind, entries, created_ns=created_ns), mode=0o600)
+    data = encode(adapter, seq, kind, entries, created_ns=created_ns,
+                  in_place=store.writes_in_place())
+    store.put_bytes(name, data, mode=0o600)
     return name
 
 
 def load(store: Store) -> ManifestState:
     """Read the newest readable base and the deltas after it (one listing, a few reads).
 
-    `problems` lists what makes the result lose information: a delta after
-    the base that cannot be read, or a gap in the sequence.  A broken base is
-    only a warning when an older base and every delta since it are readable.
+    See the module docstring for what makes the result incomplete
+    (`problems`) and what is only a warning.
     """
     objects = list_objects(store)
     if not objects:
         return ManifestState(entries={}, last_seq=0, base_seq=0, deltas_since_base=0)
     with store.reader() as dirs:  # every object is in one directory: open it once
-        return _load(store, objects, dirs)
+        return _Loader(store, objects, dirs).run()
 
 
-def _load(store: Store, objects: list[tuple[int, str, str]], dirs: DirCache) -> ManifestState:
-    problems: list[str] = []
-    warnings: list[str] = []
-    entries: dict[str, Entry] = {}
-    base_seq = 0
-    chain = objects
-    for seq, _kind, name in reversed([o for o in objects if o[1] == "base"]):
+class _Loader:
+    """One `load`: reads objects, applies them, and judges the unreadable ones."""
+
+    def __init__(self, store: Store, objects: list[tuple[int, str, str]], dirs: DirCache
+                 ) -> None:
+        self.store, self.objects, self.dirs = store, objects, dirs
+        self.newest = objects[-1][0]
+        self.entries: dict[str, Entry] = {}
+        self.invalid: dict[str, Entry] = {}
+        self.problems: list[str] = []
+        self.warnings: list[str] = []
+        self.cut: tuple[str, str, bytes] | None = None  # the newest object, if torn
+        self.in_place = False  # the newest object read was written under its final name
+
+    def run(self) -> ManifestState:
+        base_seq = 0
+        for seq, kind, name in reversed([o for o in self.objects if o[1] == "base"]):
+            got = self._read(seq, kind, name)
+            if got is not None:
+                self._apply(got)
+                base_seq = seq
+                break
+        deltas = 0
+        expected = base_seq + 1
+        for seq, kind, name in (o for o in self.objects if o[0] > base_seq):
+            if seq > expected:
+                self.problems.append(f"{self._dir()}: objects {expected:012d} to "
+                                     f"{seq - 1:012d} are missing (a gap in the manifest)")
+            expected = seq + 1
+            if kind == "delta":  # an unreadable base after the one used was judged above
+                got = self._read(seq, kind, name)
+                if got is not None:
+                    self._apply(got)
+                    deltas += 1
+        torn = self.cut is not None and self._judge_cut(*self.cut)
+        return ManifestState(
+            entries=self.entries, last_seq=self.newest, base_seq=base_seq,
+            deltas_since_base=COMPACT_AFTER if torn else deltas,
+            problems=tuple(self.problems), warnings=tuple(self.warnings),
+            invalid=self.invalid, readable=bool(base_seq or deltas))
+
+    def _dir(self) -> str:
+        return f"{self.store.root}/{MANIFEST_DIR}"
+
+    def _read(self, seq: int, kind: str, name: str) -> list[Entry] | None:
+        data = None
         try:
-            _, base_entries = decode(store.read_bytes(f"{MANIFEST_DIR}/{name}", dirs=dirs))
-        except (ValueError, OSError, KeyError) as exc:
-            warnings.append(f"{store.root}/{MANIFEST_DIR}/{name}: unreadable base ({exc})")
-            continue
-        entries = {e.path: e for e in base_entries}
-        base_seq = seq
-        chain = [o for o in objects if o[0] > seq]
-        break
-    deltas = 0
-    expected = base_seq + 1
-    for seq, kind, name in chain:
-        if seq > expected:
-            problems.append(f"{store.root}/{MANIFEST_DIR}: objects {expected:012d} to "
-                            f"{seq - 1:012d} are missing (a gap in the manifest)")
-        expected = seq + 1
-        if kind != "delta":
-            continue  # a base newer than the one used could not be read: deltas cover it
-        try:
-            _, delta = decode(store.read_bytes(f"{MANIFEST_DIR}/{name}", dirs=dirs))
-        except (ValueError, OSError, KeyError) as exc:
-            problems.append(f"{store.root}/{MANIFEST_DIR}/{name}: unreadable delta ({exc}); "
-                            "the paths it recorded may restore older or not at all")
-            continue
-        deltas += 1
-        for e in delta:
-            entries[e.path] = e
-    if problems:
-        problems.extend(warnings)
-    return ManifestState(entries=entries, last_seq=objects[-1][0], base_seq=base_seq,
-                         deltas_since_base=deltas, problems=tuple(problems),
-                         warnings=tuple(warnings))
+            data = self.store.read_bytes(f"{MANIFEST_DIR}/{name}", dirs=self.dirs)
+            header, entries = decode(data, name)
+            self.in_place = header.get("in_place") is True
+            return entries
+        except (ValueError, OSError, SyncEngineError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if seq == self.newest and data is not None and is_torn(data):
+            self.cut = (name, kind, data)  # judged once the objects before it are read
+        else:
+            self._lost(name, kind, why)
+        return None
+
+    def _judge_cut(self, name: str, kind: str, data: bytes) -> bool:
+        """A torn newest object is a killed writer's only where objects are written under
+        their final name: its own header says so, or, when that was cut too, the newest
+        object read."""
+        first, newline, _ = data.partition(b"\n")
+        in_place = json.loads(first).get("in_place") is True if newline else self.in_place
+        if not in_place:
+            self._lost(name, kind, f"cut short at {len(data)} bytes, but written by rename, "
+                       "so it was cut after it was complete")
+            return False
+        self.warnings.append(
+            f"{self._dir()}/{name}: cut short ({len(data)} bytes, no end marker): a checkpoint "
+            "killed while writing it never completed; the manifest is as of the object before")
+        return True
+
+    def _lost(self, name: str, kind: str, why: str) -> None:
+        self.problems.append(
+            f"{self._dir()}/{name}: unreadable {kind} ({why}); what it recorded is lost, so "
+            "the restore is incomplete until a newer complete base replaces it")
+
+    def _apply(self, entries: list[Entry]) -> None:
+        for e in entries:
+            if e.kind == INVALID:
+                self.entries.pop(e.path, None)
+                self.invalid[e.path] = e
+            else:
+                self.invalid.pop(e.path, None)
+                self.entries[e.path] = e

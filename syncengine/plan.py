@@ -129,10 +129,17 @@ class LocalState:
 
 @attrs.frozen
 class Fetch:
-    """Copy a durable file into the live tree."""
+    """Copy a durable file into the live tree.
+
+    `walked`: found by listing an old-layout tree (no manifest).  Such a file
+    that vanishes before it is copied is skipped, as rsync's exit 24 (a
+    harness pruned scratch); nothing vouches for its content, so nothing is
+    compared.  A manifest entry is checked against its record (recorded.py).
+    """
 
     entry: Entry
     reason: str
+    walked: bool = False
 
     def __str__(self) -> str:
         return f"restore {self.entry.path} ({self.reason}, {self.entry.size} bytes)"
@@ -188,8 +195,8 @@ RestoreAction = Fetch | MakeLink | KeepLocal | Reject | RestoreDB
 
 
 def plan_restore_entry(entry: Entry, local: LocalState | None, *, unsafe: str | None,
-                       known_kinds: frozenset[str] = frozenset({"file", "symlink"})
-                       ) -> RestoreAction:
+                       known_kinds: frozenset[str] = frozenset({"file", "symlink"}),
+                       walked: bool = False) -> RestoreAction:
     """Decide one durable entry against the live tree.
 
     The rule of invariant 5: a local file that is newer than (or as new as) the
@@ -198,12 +205,15 @@ def plan_restore_entry(entry: Entry, local: LocalState | None, *, unsafe: str | 
     their segments' names): a local copy that looks as new is compared again
     with the chain when the restore lists it (`keep_reason` there).
     """
+    if entry.problem is not None:
+        return Reject(entry, entry.problem)
     if unsafe:
         return Reject(entry, unsafe)
     if entry.kind not in known_kinds:
         return Reject(entry, f"unknown entry kind {entry.kind!r}: written by a newer syncengine?")
     if local is None:
-        return MakeLink(entry, "missing") if entry.kind == "symlink" else Fetch(entry, "missing")
+        return (MakeLink(entry, "missing") if entry.kind == "symlink"
+                else Fetch(entry, "missing", walked))
     reason = keep_reason(entry, local)
     if reason is not None and entry.kind == "segments" and local.kind != "other":
         return Fetch(entry, f"{reason} by the manifest; its chain decides")
@@ -211,7 +221,21 @@ def plan_restore_entry(entry: Entry, local: LocalState | None, *, unsafe: str | 
         return KeepLocal(entry, reason)
     if entry.kind == "symlink":
         return MakeLink(entry, "local copy is older")
-    return Fetch(entry, "local copy is older")
+    return Fetch(entry, "local copy is older", walked)
+
+
+SPECIAL_BITS = 0o7000  # setuid, setgid, sticky
+
+
+def without_special_bits(entry: Entry) -> Entry:
+    """The entry with the mode restore applies: never setuid, setgid or sticky.
+
+    The manifest is data from the bucket: anyone who can write it could
+    otherwise plant a setuid file owned by the restoring user (root).
+    """
+    if not entry.mode & SPECIAL_BITS:
+        return entry
+    return attrs.evolve(entry, mode=entry.mode & ~SPECIAL_BITS)
 
 
 def keep_reason(entry: Entry, local: LocalState) -> str | None:

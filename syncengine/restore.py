@@ -3,9 +3,13 @@
 Owns reading the durable side's list of entries (the manifest; a walk of the
 tree only for state written by the old rsync layout, which has none) and
 carrying out the restore plan: missing or older local files are copied in as
-closed temp files renamed into place, with their recorded mode and mtime;
-newer local files are kept (a hot restart); nothing is ever written outside
-the live root.  Afterwards the index knows every restored file, so the next
+closed temp files renamed into place, with their recorded mode and mtime
+(fetch.py places each one); newer local files are kept (a hot restart);
+nothing is ever written outside the live root.  A restore reports success only
+when it can vouch for the result: an unreadable manifest object (manifest.py),
+an invalid entry, a copy that differs from its record and is not a newer
+complete version (recorded.py), a database it cannot validate, each makes it
+incomplete.  Afterwards the index knows every restored file, so the next
 checkpoint uploads only what differs.
 """
 
@@ -18,22 +22,22 @@ from collections.abc import Callable, Generator, Iterable
 from contextlib import closing
 from typing import Any
 
-from syncengine import chain, forked, manifest, openfiles, savefile, segments, sqlite_restore
+from syncengine import checkpoint, forked, manifest, openfiles, recorded, segments, sqlite_restore
 from syncengine.checkpoint import AdapterState
-from syncengine.copier import in_order, link_hash, stream
-from syncengine.errors import DurableError, SourceError, durable_error, source_error
+from syncengine.copier import Vanished, in_order
+from syncengine.errors import DurableError, SourceError
+from syncengine.fetch import Done, fetch_file, fetch_log, local_state, make_link
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
 from syncengine.plan import (
     Fetch,
     KeepLocal,
-    LocalState,
     MakeLink,
     Reject,
     RestoreAction,
     RestoreDB,
-    keep_reason,
     plan_restore_entry,
+    without_special_bits,
 )
 from syncengine.report import AdapterReport, PathError
 from syncengine.safepath import DirCache, UnsafePath, check_relpath
@@ -46,8 +50,10 @@ KINDS = frozenset({"file", "symlink", "segments"})
 def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str], str]:
     """(entries, problems, source) from the manifest, else from a walk of the tree.
 
-    Also tells the index where the manifest's sequence stands, so the next
-    checkpoint continues it instead of reusing a name.
+    Entries the manifest holds but cannot use come back as `manifest.INVALID`
+    placeholders (the plan refuses each, naming it).  Also tells the index
+    where the manifest's sequence stands, so the next checkpoint continues it
+    instead of reusing a name (a full base after a torn object).
     """
     state = manifest.load(store)
     if state.last_seq > int(index.meta.get("manifest_seq", 0)):
@@ -56,15 +62,20 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
         index.changed = True
     for warning in state.warnings:
         log.warning("manifest.warning %s", warning)
-    if state.entries or state.last_seq:
-        return (openfiles.reconcile(store, state.entries.values()), list(state.problems),
-                "manifest")
+    if state.readable or state.problems:
+        entries = openfiles.reconcile(store, state.entries.values())
+        return entries + list(state.invalid.values()), list(state.problems), "manifest"
     entries = []
     for rel, st in store.walk():
         if stat.S_ISLNK(st.st_mode):
             try:
                 target = os.readlink(store.root / rel)
-            except OSError:
+            except FileNotFoundError:
+                log.info("restore.vanished path=%s: gone from the durable tree (old layout, no "
+                         "manifest) since it was listed; skipped", rel)
+                continue
+            except OSError as exc:
+                entries.append(Entry.invalid(rel, f"cannot read the durable symlink: {exc}"))
                 continue
             entries.append(Entry(rel, "symlink", mtime_ns=st.st_mtime_ns, target=target))
         else:
@@ -72,24 +83,16 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
     return openfiles.reconcile(store, entries), list(state.problems), "walk"
 
 
-def _local_state(live: DirCache, relpath: str) -> LocalState | None:
-    try:
-        with live.parent(relpath) as (dir_fd, name):
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-    if stat.S_ISREG(st.st_mode):
-        kind = "file"
-    elif stat.S_ISLNK(st.st_mode):
-        kind = "symlink"
-    else:
-        kind = "other"
-    return LocalState(kind, st.st_size, st.st_mtime_ns)
+def plan(state: AdapterState, entries: Iterable[Entry], source: str = "manifest"
+         ) -> list[RestoreAction]:
+    """One action per durable entry, decided against the live tree.
 
-
-def plan(state: AdapterState, entries: Iterable[Entry]) -> list[RestoreAction]:
-    """One action per durable entry, decided against the live tree."""
+    `source` "walk": the entries come from listing an old-layout tree.
+    """
     actions: list[RestoreAction] = []
+    entries = [_restorable_mode(e) for e in entries]
+    actions.extend(Reject(e, e.problem) for e in entries if e.problem is not None)
+    entries = [e for e in entries if e.problem is None]
     entries, databases = sqlite_restore.plan(entries, state.sqlite_patterns, state.live,
                                              state.store)
     paths = {e.path for e in entries}
@@ -106,7 +109,7 @@ def plan(state: AdapterState, entries: Iterable[Entry]) -> list[RestoreAction]:
                                      "symlink in the manifest; refused")
                 if entry.object:
                     check_relpath(entry.object)
-                local = None if empty else _local_state(live, entry.path)
+                local = None if empty else local_state(live, entry.path)
             except UnsafePath as exc:
                 unsafe = exc.reason
             except FileNotFoundError:
@@ -115,9 +118,19 @@ def plan(state: AdapterState, entries: Iterable[Entry]) -> list[RestoreAction]:
                 unsafe = "a parent in the live tree is a file"
             except OSError as exc:
                 unsafe = f"cannot inspect the live path: {exc.strerror}"
-            actions.append(plan_restore_entry(entry, local, unsafe=unsafe, known_kinds=KINDS))
+            actions.append(plan_restore_entry(entry, local, unsafe=unsafe, known_kinds=KINDS,
+                                              walked=source == "walk"))
     actions.extend(databases)
     return actions
+
+
+def _restorable_mode(entry: Entry) -> Entry:
+    safe = without_special_bits(entry)
+    if safe is not entry:
+        log.warning("restore.mode-dropped path=%s mode=%04o restored=%04o: setuid, setgid and "
+                    "sticky bits from the durable side are never restored", entry.path,
+                    entry.mode, safe.mode)
+    return safe
 
 
 def _is_empty(path: str) -> bool:
@@ -142,37 +155,36 @@ def _parent_is_entry(path: str, paths: set[str]) -> bool:
 def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> AdapterReport:
     """Carry out a restore plan for one adapter."""
     errors: list[PathError] = []
-    restored: list[tuple[Entry, os.stat_result, int]] = []
-    counts = {"kept": 0, "links": 0}
+    restored: list[Done] = []
+    counts = {"kept": 0, "links": 0, "skipped": 0, "newer": 0, "dbs": 0}
     fatal = None
     index = state.index
     fetches = [a for a in actions if isinstance(a, (Fetch, MakeLink))]
     databases = [a for a in actions if isinstance(a, RestoreDB)]
-    dbs_restored = 0
+    unrecorded = recorded.unrecorded_possible(state.staging_marker, lambda: index.meta,
+                                              int(index.meta.get("manifest_seq", 0)))
     try:
         with DirCache(state.live, create=True) as live, state.store.reader() as durable, \
-                closing(_execute(fetches, live, durable, jobs)) as results:
+                closing(_execute(fetches, live, durable, jobs, unrecorded)) as results:
             for action, result in results:
-                if isinstance(result, tuple):
-                    restored.append(result)
-                elif isinstance(result, KeepLocal):  # a log: its chain is not newer
-                    counts["kept"] += 1
-                    _seed(index, result.entry)
-                else:
-                    _failed(state, action.entry.path, result, errors)
+                _collect(state, action, result, restored, errors, counts)
             for db in databases:
                 try:
                     if state.sqlite is None:
                         raise SourceError(db.entry.path, "restore", "no SQLite options")
-                    outcome = sqlite_restore.restore_db(db, live, durable, state.sqlite)
+                    outcome = sqlite_restore.restore_db(db, live, durable, state.sqlite,
+                                                        unrecorded=unrecorded)
                 except SourceError as exc:
                     _failed(state, db.entry.path, exc, errors)
                     continue
                 sqlite_restore.record(index, db, outcome, state.sqlite_patterns)
                 counts["kept"] += outcome.kept
-                dbs_restored += not outcome.kept
+                counts["dbs"] += not outcome.kept
+                counts["newer"] += outcome.newer
     except DurableError as exc:
         fatal = str(exc)
+    if counts["newer"]:  # the manifest is behind the durable side: the next pass writes a base
+        checkpoint.mark_unrecorded(state)
     for other in actions:
         if isinstance(other, KeepLocal):
             counts["kept"] += 1
@@ -181,9 +193,33 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
             errors.append(PathError(state.name, other.entry.path, "restore", other.reason))
             log.warning("restore.refused adapter=%s path=%s reason=%s", state.name,
                         other.entry.path, other.reason)
+    _record(index, restored)
+    if index.changed:
+        index.save(state.index_path)
+    files = [e for e, _, _ in restored if e.kind != "symlink"]
+    return AdapterReport(name=state.name, files=len(files) + counts["dbs"],
+                         bytes=sum(e.size for e in files), kept_local=counts["kept"],
+                         links=len(restored) - len(files), skipped=counts["skipped"],
+                         errors=tuple(errors), fatal=fatal)
+
+
+def _collect(state: AdapterState, action: Fetch | MakeLink, result: Outcome,
+             restored: list[Done], errors: list[PathError], counts: dict[str, int]) -> None:
+    if isinstance(result, tuple):
+        restored.append(result)
+        counts["newer"] += result[0] is not action.entry and result[0].kind == "file"
+    elif isinstance(result, KeepLocal):  # a log: its chain is not newer
+        counts["kept"] += 1
+        _seed(state.index, result.entry)
+    elif isinstance(result, Vanished):
+        counts["skipped"] += 1
+    else:
+        _failed(state, action.entry.path, result, errors)
+
+
+def _record(index: Index, restored: list[Done]) -> None:
+    """The index learns every placed file, so the next checkpoint uploads none of them."""
     for entry, st, h in restored:
-        if entry.kind == "symlink":
-            counts["links"] += 1
         if entry.kind == "segments":
             segments.seed(index, entry, ino=st.st_ino, size=st.st_size, mtime_ns=st.st_mtime_ns,
                           ctime_ns=st.st_ctime_ns)
@@ -193,13 +229,6 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
                      ctime_ns=DIRTY if copy else st.st_ctime_ns, hash64=0 if copy else h,
                      mode=st.st_mode, kind=entry.kind, target=entry.target,
                      extra=entry.index_extra() or {})
-    if index.changed:
-        index.save(state.index_path)
-    files = [e for e, _, _ in restored if e.kind != "symlink"]
-    return AdapterReport(name=state.name, files=len(files) + dbs_restored,
-                         bytes=sum(e.size for e in files),
-                         kept_local=counts["kept"], links=counts["links"],
-                         errors=tuple(errors), fatal=fatal)
 
 
 def _failed(state: AdapterState, path: str, exc: SourceError, errors: list[PathError]) -> None:
@@ -224,12 +253,11 @@ def _seed(index: Index, entry: Entry) -> None:
         segments.seed_kept(index, entry)
 
 
-Done = tuple[Entry, os.stat_result, int]  # what was placed, its stat, its hash
-Outcome = Done | KeepLocal | SourceError  # KeepLocal: a log whose chain is not newer
+Outcome = Done | KeepLocal | Vanished | SourceError  # KeepLocal: a log whose chain is not newer
 
 
-def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache, jobs: int
-             ) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
+def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache, jobs: int,
+             unrecorded: bool) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
     """Each action's outcome, in order: threads on a mount, processes on a local disk.
 
     On a mount (`jobs` > 1) copies overlap their round trips in threads.  On a
@@ -240,10 +268,10 @@ def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache,
     def one(action: Fetch | MakeLink) -> Outcome:
         try:
             if isinstance(action, MakeLink):
-                return _make_link(action.entry, live)
+                return make_link(action.entry, live)
             if action.entry.kind == "segments":
-                return _fetch_log(action.entry, live, durable)
-            return _fetch(action.entry, live, durable)
+                return fetch_log(action.entry, live, durable)
+            return fetch_file(action, live, durable, unrecorded=unrecorded)
         except SourceError as exc:
             return exc
 
@@ -268,8 +296,8 @@ def _execute_forked(actions: list[Fetch | MakeLink], one: Callable[[Fetch | Make
                 return out, str(exc)
             if isinstance(result, SourceError):
                 out.append(("error", result.operation, result.reason))
-            elif isinstance(result, KeepLocal):
-                out.append(("keep", result))
+            elif isinstance(result, (KeepLocal, Vanished)):
+                out.append(("as is", result))
             else:  # the entry only when it differs (a log rebuilt to its chain's end)
                 entry = None if result[0] is action.entry else result[0]
                 out.append(("done", entry, result[1], result[2]))
@@ -284,7 +312,7 @@ def _execute_forked(actions: list[Fetch | MakeLink], one: Callable[[Fetch | Make
         for action, result in zip(share, results, strict=False):  # short after a fatal error
             if result[0] == "done":
                 yield action, (result[1] or action.entry, result[2], result[3])
-            elif result[0] == "keep":
+            elif result[0] == "as is":
                 yield action, result[1]
             else:
                 yield action, SourceError(action.entry.path, result[1], result[2])
@@ -304,101 +332,3 @@ def _split(actions: list[Fetch | MakeLink], n: int) -> list[list[Fetch | MakeLin
         shares[-1].append(action)
         acc += c
     return shares
-
-
-def _fetch(entry: Entry, live: DirCache, durable: DirCache
-           ) -> tuple[Entry, os.stat_result, int]:
-    try:
-        src = durable.open_file(entry.location)
-    except UnsafePath:
-        raise
-    except FileNotFoundError as exc:
-        raise SourceError(entry.path, "restore",
-                          f"listed in the manifest but missing on the durable side "
-                          f"({entry.location})") from exc
-    except OSError as exc:
-        raise durable_error("open", f"{durable.root}/{entry.location}", exc) from exc
-    try:
-        src_st = os.fstat(src)
-        if not stat.S_ISREG(src_st.st_mode):
-            raise SourceError(entry.path, "restore", "durable object is not a regular file")
-        with live.parent(entry.path) as (dir_fd, name), \
-                savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
-            try:
-                _, h = stream(src, None, tmp.write, src_name=f"{durable.root}/{entry.location}",
-                              dst_name=entry.path)
-            except DurableError as exc:  # here the "durable" side of stream() is the live file
-                raise SourceError(entry.path, "write", str(exc)) from exc
-            mtime = entry.mtime_ns
-            if entry.hash is not None and h != entry.hash:
-                log.warning("restore.hash-mismatch path=%s: the durable file differs from the "
-                            "manifest (a newer version?); restoring it with its own mtime",
-                            entry.path)
-                mtime = src_st.st_mtime_ns
-            tmp.close(mode=entry.mode, mtime_ns=mtime)
-            tmp.publish(name, target_dir_fd=dir_fd)
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError as exc:
-        raise source_error("restore", entry.path, exc) from exc
-    finally:
-        os.close(src)
-    return entry, st, h
-
-
-def _fetch_log(entry: Entry, live: DirCache, durable: DirCache
-               ) -> tuple[Entry, os.stat_result, int] | KeepLocal:
-    """Rebuild an append-only log from its chain, listed here (in the copy pool, so the
-    listings of many logs overlap on a slow mount).
-
-    Returns the log as rebuilt, with the chain state the index needs, or
-    KeepLocal when the local copy is as new as the chain; nothing is placed
-    unless every object verified.
-    """
-    resolved = chain.load(durable, entry)
-    try:
-        keep = _keep_local(entry, resolved, live)
-        if keep is not None:
-            return keep
-        with live.parent(entry.path) as (dir_fd, name), \
-                savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
-            def write(chunk: memoryview) -> None:
-                try:
-                    tmp.write(chunk)
-                except OSError as exc:  # the live side: this file fails, the run goes on
-                    raise source_error("write", entry.path, exc) from exc
-
-            listed = len(resolved.pieces)
-            resolved, h = chain.read(resolved, durable, write)
-            if len(resolved.pieces) < listed:  # a torn last object was left out: ask again
-                keep = _keep_local(entry, resolved, live)
-                if keep is not None:
-                    return keep
-            rebuilt = resolved.as_entry(h)
-            tmp.close(mode=entry.mode, mtime_ns=rebuilt.mtime_ns)
-            tmp.publish(name, target_dir_fd=dir_fd)
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except UnsafePath:
-        raise
-    except OSError as exc:
-        raise source_error("restore", entry.path, exc) from exc
-    return rebuilt, st, h
-
-
-def _keep_local(entry: Entry, resolved: chain.Chain, live: DirCache) -> KeepLocal | None:
-    """KeepLocal when the live copy of a log is as new as its chain (hot restart)."""
-    local = _local_state(live, entry.path)
-    reason = keep_reason(resolved.as_entry(), local) if local is not None else None
-    return KeepLocal(entry, reason) if reason is not None else None
-
-
-def _make_link(entry: Entry, live: DirCache) -> tuple[Entry, os.stat_result, int]:
-    assert entry.target is not None
-    try:
-        with live.parent(entry.path) as (dir_fd, name):
-            savefile.place_symlink(entry.target, name, dir_fd=dir_fd, mtime_ns=entry.mtime_ns)
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except UnsafePath:
-        raise
-    except OSError as exc:
-        raise source_error("symlink", entry.path, exc) from exc
-    return entry, st, link_hash(entry.target)

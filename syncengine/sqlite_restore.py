@@ -27,7 +27,7 @@ from pathlib import Path
 
 import attrs
 
-from syncengine import savefile
+from syncengine import recorded, savefile
 from syncengine.copier import stream
 from syncengine.errors import DurableError, SourceError, durable_error, source_error
 from syncengine.index import DIRTY, Index
@@ -77,21 +77,31 @@ def plan(entries: Iterable[Entry], patterns: Sequence[str], live: Path, store: S
 class Outcome:
     kept: bool
     st: os.stat_result
+    restored: Entry | None = None  # a snapshot newer than the manifest records: as placed
+
+    @property
+    def newer(self) -> bool:
+        return self.restored is not None
 
 
-def restore_db(action: RestoreDB, live: DirCache, durable: DirCache, opts: Options) -> Outcome:
-    """Carry out one RestoreDB; raise SourceError (per path) or DurableError."""
+def restore_db(action: RestoreDB, live: DirCache, durable: DirCache, opts: Options, *,
+               unrecorded: bool = True) -> Outcome:
+    """Carry out one RestoreDB; raise SourceError (per path) or DurableError.
+
+    `unrecorded`: whether a snapshot newer than its manifest entry is possible
+    (`recorded.unrecorded_possible`); a copy that differs otherwise is corrupt.
+    """
     try:
         with live.parent(action.entry.path) as (dir_fd, name):
-            return _restore_in(action, dir_fd, name, durable, opts)
+            return _restore_in(action, dir_fd, name, durable, opts, unrecorded)
     except (UnsafePath, SourceError, DurableError):
         raise
     except OSError as exc:
         raise source_error("restore", action.entry.path, exc) from exc
 
 
-def _restore_in(action: RestoreDB, dir_fd: int, name: str, durable: DirCache, opts: Options
-                ) -> Outcome:
+def _restore_in(action: RestoreDB, dir_fd: int, name: str, durable: DirCache, opts: Options,
+                unrecorded: bool) -> Outcome:
     entry = action.entry
     here = f"/proc/self/fd/{dir_fd}"
     local = _lstat(name, dir_fd)
@@ -105,7 +115,8 @@ def _restore_in(action: RestoreDB, dir_fd: int, name: str, durable: DirCache, op
         raise SourceError(entry.path, "restore", f"the local database is invalid ({verdict}) "
                           "and there is no durable snapshot: fix or remove it")
     with savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
-        _fetch(entry, action.legacy_wal, durable, tmp, f"{here}/{tmp.name}", opts)
+        entry = _fetch(entry, action.legacy_wal, durable, tmp, f"{here}/{tmp.name}", opts,
+                       unrecorded)
         moved = _quarantine(dir_fd, name, entry.path, opts.quarantine)
         if moved:
             log.warning("sqlite.quarantined path=%s reason=%s moved_to=%s", entry.path,
@@ -116,7 +127,7 @@ def _restore_in(action: RestoreDB, dir_fd: int, name: str, durable: DirCache, op
         except OSError as exc:
             raise source_error("restore", entry.path, exc) from exc
     log.info("sqlite.restored path=%s from=%s", entry.path, entry.location)
-    return Outcome(False, st)
+    return Outcome(False, st, entry if entry is not action.entry else None)
 
 
 def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
@@ -141,12 +152,24 @@ def _validate(path: str, timeout: float) -> str:
 
 
 def _fetch(entry: Entry, legacy_wal: str | None, durable: DirCache, tmp: savefile.Staged,
-           tmp_path: str, opts: Options) -> None:
-    """Copy the durable database (and an old-layout WAL) into `tmp` and verify it."""
-    h = _copy(durable, entry.location, entry.path, tmp.write)
-    if entry.hash is not None and h != entry.hash:
-        log.warning("restore.hash-mismatch path=%s: the durable snapshot differs from the "
-                    "manifest (a newer snapshot?); restoring it after quick_check", entry.path)
+           tmp_path: str, opts: Options, unrecorded: bool) -> Entry:
+    """Copy the durable database (and an old-layout WAL) into `tmp` and verify it.
+
+    Returns the entry as restored: a newer complete snapshot than the manifest
+    records carries its own size, mtime and hash (the rule is recorded.judge).
+    """
+    legacy = bool(entry.extra.get("legacy"))
+    size, h, st = _copy(durable, entry.location, entry.path, tmp.write, legacy)
+    if not legacy:
+        verdict = recorded.judge(entry, size, st.st_mtime_ns, h, unrecorded=unrecorded)
+        if verdict.problem is not None:
+            raise SourceError(entry.path, "restore", f"the durable snapshot {entry.location} "
+                              f"{verdict.problem}; the local files were left alone")
+        if verdict.newer:
+            log.warning("restore.newer-than-manifest path=%s: the durable snapshot is newer "
+                        "than the manifest records (a checkpoint was interrupted before "
+                        "recording it); restoring it after quick_check", entry.path)
+            entry = attrs.evolve(entry, size=size, mtime_ns=st.st_mtime_ns, hash=h)
     tmp.close(mode=entry.mode | 0o600)
     try:
         if legacy_wal is not None:
@@ -154,7 +177,7 @@ def _fetch(entry: Entry, legacy_wal: str | None, durable: DirCache, tmp: savefil
                 def sink(chunk: memoryview) -> None:
                     f.write(chunk)
 
-                _copy(durable, legacy_wal, entry.path, sink)
+                _copy(durable, legacy_wal, entry.path, sink, legacy)
         try:
             with contextlib.closing(sqlite3.connect(tmp_path, timeout=opts.busy_timeout)) as con:
                 result = "; ".join(str(r[0]) for r in
@@ -178,29 +201,35 @@ def _fetch(entry: Entry, legacy_wal: str | None, durable: DirCache, tmp: savefil
             os.utime(tmp_path, ns=(entry.mtime_ns, entry.mtime_ns))
     except OSError as exc:
         raise source_error("restore", entry.path, exc) from exc
+    return entry
 
 
-def _copy(durable: DirCache, location: str, path: str, write: Callable[[memoryview], None]
-          ) -> int:
+def _copy(durable: DirCache, location: str, path: str, write: Callable[[memoryview], None],
+          legacy: bool) -> tuple[int, int, os.stat_result]:
+    """(bytes, xxh3, stat before reading) of one durable object fed to `write`."""
     try:
         src = durable.open_file(location)
     except UnsafePath:
         raise
     except FileNotFoundError as exc:
-        raise SourceError(path, "restore", f"listed in the manifest but missing on the "
-                          f"durable side ({location})") from exc
+        where = ("found in the durable tree (old raw layout) but gone when read" if legacy
+                 else "listed in the manifest but missing on the durable side")
+        raise SourceError(path, "restore", f"{where} ({location})") from exc
     except OSError as exc:
         raise durable_error("open", f"{durable.root}/{location}", exc) from exc
     try:
-        if not stat.S_ISREG(os.fstat(src).st_mode):
-            raise SourceError(path, "restore", "durable object is not a regular file")
+        st = os.fstat(src)
+        if not stat.S_ISREG(st.st_mode):
+            raise SourceError(path, "restore", f"durable object {location} is not a regular "
+                              "file")
         try:
-            return stream(src, None, write, src_name=f"{durable.root}/{location}",
-                          dst_name=path)[1]
+            n, h = stream(src, None, write, src_name=f"{durable.root}/{location}",
+                          dst_name=path)
         except DurableError as exc:  # here the "durable" side of stream() is the live file
             raise SourceError(path, "write", str(exc)) from exc
     finally:
         os.close(src)
+    return n, h, st
 
 
 def _quarantine(dir_fd: int, name: str, relpath: str, root: Path) -> str | None:
@@ -225,7 +254,7 @@ def _quarantine(dir_fd: int, name: str, relpath: str, root: Path) -> str | None:
 
 def record(index: Index, action: RestoreDB, outcome: Outcome, patterns: Sequence[str]) -> None:
     """Tell the index what is local now, so the next checkpoint publishes only a change."""
-    entry, st = action.entry, outcome.st
+    entry, st = outcome.restored or action.entry, outcome.st
     snapshot = not entry.extra.get("legacy") and entry.hash is not None
     clean = snapshot and not outcome.kept
     extra = {"object": entry.location, "size": entry.size, "mtime_ns": entry.mtime_ns,

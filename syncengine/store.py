@@ -170,6 +170,14 @@ class Store:
                 raise DurableError(f"write {self.root / relpath}: {exc.reason}") from exc
             self.publish(tmp, relpath)
 
+    def writes_in_place(self) -> bool:
+        """Whether `put_bytes` writes under the final name (no rename on this mount).
+
+        Runs the first-write preparation (the probe) so the answer is known.
+        """
+        self._writing()
+        return not self.rename_supported
+
     def barrier(self) -> None:
         """Make everything published so far survive a power loss (local disks)."""
         self._writing()
@@ -282,7 +290,12 @@ class Store:
                 rel = f"{reldir}/{entry.name}" if reldir else entry.name
                 if rel == META_DIR:
                     continue
-                st = entry.stat(follow_symlinks=False)
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # removed since the listing (rsync's exit 24)
+                    continue
+                except OSError as exc:
+                    raise durable_error("stat", path / entry.name, exc) from exc
                 if stat.S_ISDIR(st.st_mode):
                     stack.append(rel)
                 elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):

@@ -9,7 +9,11 @@ manifest's sequence number, so a rerun checks the same paths and
 hashed as restore would); every SQLite snapshot is copied to a local temp
 file and passes ``PRAGMA quick_check`` (SQLite is never opened on the mount);
 files on the durable side that no entry names are listed, and fail the run
-only when `strict`.
+only when `strict`.  A copy that differs from its entry is judged by the rule
+restore uses (`recorded.judge`): a newer complete version left by an
+interrupted checkpoint is a note, anything else a problem.  Manifest objects
+restore could not use and invalid entries are problems too: verify fails
+where restore would be incomplete.
 
 Resumable: progress (the manifest sequence, the sample, the last path
 checked in sorted order, the problems so far) is saved in
@@ -32,12 +36,15 @@ from typing import Any
 import attrs
 import xxhash
 
-from syncengine import chain, manifest, savefile, sqlite
+from syncengine import chain, manifest, recorded, savefile, sqlite
+from syncengine.checkpoint import staging_marker
 from syncengine.copier import stream
 from syncengine.errors import DurableError, SourceError
+from syncengine.index import Index
 from syncengine.manifest import Entry
 from syncengine.safepath import DirCache, UnsafePath
-from syncengine.store import Store
+from syncengine.status import index_path
+from syncengine.store import MANIFEST_DIR, Store
 
 log = logging.getLogger("syncengine")
 SAVE_EVERY = 500  # entries between progress saves
@@ -158,7 +165,12 @@ def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
     resumed = prog.cursor or None
     todo = [e for e in entries if e.path > prog.cursor] if prog.cursor else entries
     problems = [Problem(name, p, w) for p, w in prog.problems]
-    notes = [f"skipped manifest object: {p}" for p in state.problems]
+    if not resumed:  # what the manifest itself lost, and entries nothing can restore
+        problems += [Problem(name, MANIFEST_DIR, p) for p in state.problems]
+        problems += [Problem(name, e.path, e.problem or "") for e in state.invalid.values()]
+    notes = [f"manifest: {w}" for w in state.warnings]
+    check = _Checker(store, state_dir, notes, _Unrecorded(
+        staging_marker(state_dir, name), index_path(state_dir, name), state.last_seq))
     done = 0
     with store.reader() as durable:
         for entry in todo:
@@ -168,8 +180,7 @@ def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
                 return AdapterVerify(name, state.last_seq, len(entries), prog.checked,
                                      prog.hashed, prog.bytes_read, tuple(problems), (),
                                      tuple(notes), complete=False, resumed_after=resumed)
-            found, read = _check_entry(store, durable, entry, state_dir,
-                                       sampled(entry.path, state.last_seq, sample), notes)
+            found, read = check.entry(durable, entry, sampled(entry.path, state.last_seq, sample))
             problems.extend(Problem(name, entry.path, w) for w in found)
             prog.checked += 1
             prog.hashed += read is not None
@@ -179,7 +190,7 @@ def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
             if done % SAVE_EVERY == 0:
                 prog.problems = [[p.path, p.what] for p in problems]
                 prog.save(progress_path)
-    unlisted = tuple(unlisted_files(store, state.entries.values()))
+    unlisted = tuple(unlisted_files(store, [*state.entries.values(), *state.invalid.values()]))
     if unlisted and not state.last_seq:
         notes.append("no manifest yet (old layout): files stay unlisted until a checkpoint")
     progress_path.unlink(missing_ok=True)
@@ -197,28 +208,6 @@ def unlisted_files(store: Store, entries: Iterable[Entry]) -> list[str]:
     return sorted(rel for rel, _ in store.walk() if rel not in listed)
 
 
-def _check_entry(store: Store, durable: DirCache, entry: Entry, state_dir: Path, sample: bool,
-                 notes: list[str]) -> tuple[list[str], int | None]:
-    """(problems, bytes read back or None) for one manifest entry."""
-    try:
-        if entry.kind == "symlink":
-            return [], None  # recorded in the manifest only: no durable object
-        if entry.kind == "segments":
-            return _check_chain(store, durable, entry, sample, notes)
-        if entry.kind == "file":
-            return _check_file(store, durable, entry, sample)
-        if entry.kind == "sqlite":
-            return _check_sqlite(store, durable, entry, state_dir)
-    except UnsafePath as exc:
-        return [f"unsafe name in the manifest ({exc.reason})"], None
-    except SourceError as exc:
-        return [exc.reason], None
-    except OSError as exc:
-        return [f"cannot read: {exc.strerror or exc}"], None
-    notes.append(f"{entry.path}: kind {entry.kind!r} not known to this version, not checked")
-    return [], None
-
-
 def _size_problem(st: os.stat_result | None, size: int, what: str) -> str | None:
     if st is None:
         return f"{what} is missing on the durable side"
@@ -228,21 +217,6 @@ def _size_problem(st: os.stat_result | None, size: int, what: str) -> str | None
         how = "truncated" if st.st_size < size else "larger"
         return f"{what} has {st.st_size} bytes, the manifest says {size} ({how})"
     return None
-
-
-def _check_file(store: Store, durable: DirCache, entry: Entry, sample: bool
-                ) -> tuple[list[str], int | None]:
-    problem = _size_problem(store.stat(entry.location), entry.size, entry.location)
-    if problem or not sample:
-        return [problem] if problem else [], None
-    fd = durable.open_file(entry.location)
-    try:
-        n, h = stream(fd, None, None, src_name=entry.location)
-    finally:
-        os.close(fd)
-    if entry.hash is not None and h != entry.hash:
-        return [f"{entry.location}: content hash differs from the manifest (corrupt)"], n
-    return [], n
 
 
 def _check_chain(store: Store, durable: DirCache, entry: Entry, sample: bool,
@@ -262,16 +236,92 @@ def _check_chain(store: Store, durable: DirCache, entry: Entry, sample: bool,
         return out, None
     read, _ = chain.read(resolved, durable, None)
     return [], read.size
-def _check_sqlite(store: Store, durable: DirCache, entry: Entry, state_dir: Path
-                  ) -> tuple[list[str], int | None]:
-    problem = _size_problem(store.stat(entry.location), -1, f"snapshot {entry.location}")
-    if problem:
-        return [problem], None
-    n, h, problem = sqlite.check_durable_copy(durable, entry.location, state_dir / "verify")
-    out = [f"snapshot {entry.location}: {problem}"] if problem else []
-    if entry.hash is not None and h != entry.hash:
-        out.append(f"snapshot {entry.location}: content hash differs from the manifest")
-    return out, n
+@attrs.define
+class _Unrecorded:
+    """`recorded.unrecorded_possible` for verify, asked only when a copy differs; asked
+    again each time until it is yes, since a checkpoint may run while verify reads."""
+
+    marker: Path
+    index_path: Path
+    seq: int
+    known: bool = False
+
+    def __call__(self) -> bool:
+        if not self.known:
+            self.known = recorded.unrecorded_possible(self.marker, self._meta, self.seq)
+        return self.known
+
+    def _meta(self) -> dict[str, Any]:
+        index = Index.load(self.index_path)
+        return index.meta if index is not None else {}
+
+
+@attrs.frozen
+class _Checker:
+    """Checks one adapter's entries (problems returned, notes appended)."""
+
+    store: Store
+    state_dir: Path
+    notes: list[str]
+    unrecorded: _Unrecorded
+
+    def entry(self, durable: DirCache, entry: Entry, sample: bool
+              ) -> tuple[list[str], int | None]:
+        """(problems, bytes read back or None) for one manifest entry."""
+        try:
+            if entry.kind == "symlink":
+                return [], None  # recorded in the manifest only: no durable object
+            if entry.kind == "segments":
+                return _check_chain(self.store, durable, entry, sample, self.notes)
+            if entry.kind == "file":
+                return self._file(durable, entry, sample)
+            if entry.kind == "sqlite":
+                return self._sqlite(durable, entry)
+        except UnsafePath as exc:
+            return [f"unsafe name in the manifest ({exc.reason})"], None
+        except SourceError as exc:
+            return [exc.reason], None
+        except OSError as exc:
+            return [f"cannot read: {exc.strerror or exc}"], None
+        self.notes.append(f"{entry.path}: kind {entry.kind!r} not known to this version, "
+                          "not checked")
+        return [], None
+
+    def _judged(self, entry: Entry, what: str, size: int, st: os.stat_result,
+                digest: int | None) -> list[str]:
+        verdict = recorded.judge(entry, size, st.st_mtime_ns, digest,
+                                 unrecorded=self.unrecorded)
+        if verdict.newer:
+            self.notes.append(f"{entry.path}: {what} is a newer complete version than the "
+                              "manifest records (an interrupted checkpoint); restore takes it "
+                              "and the next checkpoint records it")
+        return [f"{what} {verdict.problem}"] if verdict.problem else []
+
+    def _file(self, durable: DirCache, entry: Entry, sample: bool
+              ) -> tuple[list[str], int | None]:
+        st = self.store.stat(entry.location)
+        problem = _size_problem(st, -1, entry.location)
+        if problem or st is None:
+            return [problem or ""], None
+        if not sample:
+            return self._judged(entry, entry.location, st.st_size, st, None), None
+        fd = durable.open_file(entry.location)
+        try:
+            n, h = stream(fd, None, None, src_name=entry.location)
+        finally:
+            os.close(fd)
+        return self._judged(entry, entry.location, n, st, h), n
+
+    def _sqlite(self, durable: DirCache, entry: Entry) -> tuple[list[str], int | None]:
+        where = f"snapshot {entry.location}"
+        st = self.store.stat(entry.location)
+        problem = _size_problem(st, -1, where)
+        if problem or st is None:
+            return [problem or ""], None
+        n, h, problem = sqlite.check_durable_copy(durable, entry.location,
+                                                  self.state_dir / "verify")
+        out = [f"{where}: {problem}"] if problem else []
+        return out + self._judged(entry, where, n, st, h), n
 
 
 def verify(adapters: Mapping[str, Store], state_dir: Path, *, sample: float = 10.0,

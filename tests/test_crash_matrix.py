@@ -159,7 +159,7 @@ class Matrix:
         except Exception as exc:
             self.fail(where, f"manifest.load raised {exc!r}")
             return
-        skipped = " ".join(state.problems)
+        skipped = " ".join(state.problems + state.warnings)  # a torn newest: a warning
         for _seq, _kind, name in manifest.list_objects(store):
             data = (store_dir / manifest.MANIFEST_DIR / name).read_bytes()
             try:
