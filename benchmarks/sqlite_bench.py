@@ -3,7 +3,7 @@
 Builds a WAL-mode database of about --size-mb MB, then measures, in the same
 run, the median of --runs snapshots by
 
-- syncengine: ``sqlite.staged_snapshot`` (read-only one-step backup into local
+- syncengine: ``sqlite_backup.stage`` (read-only one-step backup into local
   staging + ``PRAGMA quick_check``), the part of a checkpoint that reads the db;
 - the CLI: ``sqlite3 DB ".backup FILE"`` then ``sqlite3 FILE "PRAGMA quick_check"``;
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from syncengine import sqlite as se_sqlite
+from syncengine import sqlite_backup, sqlite_check
 
 WRITER = r"""
 import json, sqlite3, sys, time
@@ -83,10 +83,12 @@ def build_db(path: Path, size_mb: int) -> None:
 
 
 def ours(db: Path, work: Path) -> float:
-    opts = se_sqlite.Options(staging=work / "staging", quarantine=work / "q", busy_timeout=2.0)
+    opts = sqlite_backup.Options(staging=work / "staging", quarantine=work / "q",
+                                 busy_timeout=2.0)
     t0 = time.perf_counter()
-    with se_sqlite.staged_snapshot(str(db), db.name, opts):
-        elapsed = time.perf_counter() - t0
+    staged = sqlite_backup.stage(str(db), db.name, opts)
+    elapsed = time.perf_counter() - t0
+    sqlite_backup.remove_set(staged.path)
     return elapsed
 
 
@@ -194,7 +196,8 @@ def main() -> int:
         ratio_busy = statistics.median(busy["syncengine"]) / statistics.median(busy["sqlite3 CLI"])
         lines = [
             f"db {size / 1e6:.0f} MB (WAL), {args.runs} runs each, writer at {rate:.0f} "
-            f"commits/s, SQLite {sqlite3.sqlite_version}, {os.cpu_count()} CPUs; snapshot = "
+            f"commits/s, SQLite {sqlite_check.library_version()['version']} (syncengine), "
+            f"{os.cpu_count()} CPUs; snapshot = "
             "backup + quick_check into local staging",
             "",
             "| what | median idle (s) | median under writer (s) | writer commit max (ms) "

@@ -224,7 +224,8 @@ def _print_status(status: dict[str, Any]) -> None:
         print(f"last restore: {state} at {_fmt_time(restore.get('finished_ns'))}")
     lib = status.get("sqlite") or {}
     if lib:
-        print(f"SQLite library: {lib['version']}")
+        print(f"SQLite library: {lib['version']} ({lib.get('library', '?')}"
+              f"{', bundled' if lib.get('bundled') else ''})")
         if lib.get("warning"):
             print(f"  WARNING: {lib['warning']}")
     daemon = status.get("daemon")

@@ -7,7 +7,8 @@ for a SQLite snapshot, the snapshot); a deterministic sample (seeded by the
 manifest's sequence number, so a rerun checks the same paths and
 ``sample=100`` checks all) is read back and hashed (a chain is rebuilt and
 hashed as restore would); every SQLite snapshot is copied to a local temp
-file and passes ``PRAGMA quick_check`` (SQLite is never opened on the mount);
+file and checked as checkpoint and restore check it (`sqlite_check`: corrupt
+is a problem, "could not check" a note; SQLite is never opened on the mount);
 files on the durable side that no entry names are listed, and fail the run
 only when `strict`.
 
@@ -37,6 +38,7 @@ from syncengine.copier import stream
 from syncengine.errors import DurableError, SourceError
 from syncengine.manifest import Entry
 from syncengine.safepath import DirCache, UnsafePath
+from syncengine.sqlite_check import UNCHECKED, CheckFailed
 from syncengine.store import Store
 
 log = logging.getLogger("syncengine")
@@ -208,7 +210,7 @@ def _check_entry(store: Store, durable: DirCache, entry: Entry, state_dir: Path,
         if entry.kind == "file":
             return _check_file(store, durable, entry, sample)
         if entry.kind == "sqlite":
-            return _check_sqlite(store, durable, entry, state_dir)
+            return _check_sqlite(store, durable, entry, state_dir, notes)
     except UnsafePath as exc:
         return [f"unsafe name in the manifest ({exc.reason})"], None
     except SourceError as exc:
@@ -262,13 +264,20 @@ def _check_chain(store: Store, durable: DirCache, entry: Entry, sample: bool,
         return out, None
     read, _ = chain.read(resolved, durable, None)
     return [], read.size
-def _check_sqlite(store: Store, durable: DirCache, entry: Entry, state_dir: Path
-                  ) -> tuple[list[str], int | None]:
+def _check_sqlite(store: Store, durable: DirCache, entry: Entry, state_dir: Path,
+                  notes: list[str]) -> tuple[list[str], int | None]:
+    """The same check as checkpoint and restore: ``unchecked`` is a note, not a problem."""
     problem = _size_problem(store.stat(entry.location), -1, f"snapshot {entry.location}")
     if problem:
         return [problem], None
-    n, h, problem = sqlite.check_durable_copy(durable, entry.location, state_dir / "verify")
-    out = [f"snapshot {entry.location}: {problem}"] if problem else []
+    try:
+        n, h, verdict = sqlite.check_durable_copy(durable, entry.location, state_dir / "verify")
+    except CheckFailed as exc:
+        return [f"snapshot {entry.location}: could not be checked: {exc}"], None
+    out = [f"snapshot {entry.location}: fails quick_check ({verdict.detail})"] \
+        if verdict.corrupt else []
+    if verdict.state == UNCHECKED:
+        notes.append(verdict.message(f"snapshot {entry.location}"))
     if entry.hash is not None and h != entry.hash:
         out.append(f"snapshot {entry.location}: content hash differs from the manifest")
     return out, n
