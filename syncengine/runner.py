@@ -73,6 +73,7 @@ class Runner:
         self.last_pass_ns: int | None = None
         self.last_ok_ns: int | None = None
         self.last_error: str | None = None
+        self.final_ok: bool | None = None  # the checkpoint taken on stop (and any after it)
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> Report:
@@ -166,9 +167,14 @@ class Runner:
                                                 final=kind == "final")
             except Exception as exc:
                 self._failed(kind, taken, str(exc))
+                if kind == "final" or not self._running:
+                    self.final_ok = False
+                    self._write_status()
                 raise
             self.passes += 1
             self.last_pass_ns = report.started_ns
+            if kind == "final" or not self._running:  # the last word on what is durable
+                self.final_ok = report.ok
             if report.skipped_busy:
                 self._give_back(taken)
             elif report.ok:
@@ -210,7 +216,7 @@ class Runner:
             "pid": os.getpid(), "running": self._running, "mode": self.mode,
             "interval": self.interval, "passes": self.passes,
             "last_pass_ns": self.last_pass_ns, "last_ok_ns": self.last_ok_ns,
-            "last_error": self.last_error,
+            "last_error": self.last_error, "final_ok": self.final_ok,
             "watch_error": self.watcher.last_error if self.watcher is not None else None,
             "overflows": self.watcher.overflows if self.watcher is not None else 0,
             "pending": pending, "updated_ns": time.time_ns(),
