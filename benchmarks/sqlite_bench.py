@@ -19,6 +19,7 @@ while each kind of snapshot runs.  Prints a Markdown table and, with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -62,6 +64,26 @@ with open(out, "w") as f:
     json.dump(samples, f)
 print("done", len(samples), flush=True)
 """
+
+
+@contextlib.contextmanager
+def writer_running(db: Path, rate: float, samples: Path) -> Iterator[list[str]]:
+    """`WRITER` committing to `db` at `rate` per second while the block runs; the list
+    yielded receives its last line ("done N") when the block ends."""
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(rate), str(samples)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert writer.stdin is not None and writer.stdout is not None
+    said: list[str] = []
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        yield said
+        writer.stdin.write("stop\n")
+        writer.stdin.flush()
+        said.append(writer.stdout.readline().strip())
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=60)
+        writer.stdout.close()
 
 
 def build_db(path: Path, size_mb: int) -> None:
@@ -151,24 +173,13 @@ def main() -> int:
         windows: list[tuple[str, float, float]] = []
         idle = {k: measure(k, db, work, args.runs, []) for k in ("syncengine", "sqlite3 CLI")}
         samples_file = work / "samples.json"
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(args.rate),
-                                   str(samples_file)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)
-        assert writer.stdin is not None and writer.stdout is not None
-        try:
-            assert writer.stdout.readline().strip() == "ready"
+        with writer_running(db, args.rate, samples_file) as said:
             base_start = time.monotonic()
             time.sleep(args.baseline_s)  # the writer alone: the baseline latency window
             base_end = time.monotonic()
             busy = {k: measure(k, db, work, args.runs, windows)
                     for k in ("syncengine", "sqlite3 CLI")}
-            writer.stdin.write("stop\n")
-            writer.stdin.flush()
-            done = writer.stdout.readline().strip()
-        finally:
-            writer.stdin.close()
-            writer.wait(timeout=60)
-            writer.stdout.close()
+        done = said[0]
         samples = json.loads(samples_file.read_text())
         rate = len(samples) / (samples[-1][0] - samples[0][0]) if len(samples) > 1 else 0.0
         print(f"writer {done}, {rate:.0f} commits/s", file=sys.stderr)
@@ -211,19 +222,20 @@ def main() -> int:
         table = "\n".join(lines)
         print(table)
         if args.results:
-            _append(args.results, table)
+            append_section(args.results, table)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
-def _append(path: Path, table: str) -> None:
+def append_section(path: Path, table: str, section: str = "SQLite snapshot") -> None:
+    """Append `table` under "## `section`", with the command line that made it."""
     if not path.exists():
         path.write_text("# Benchmark results\n")
     cmd = "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
     stamp = time.strftime("%Y-%m-%d %H:%M")
     with path.open("a") as f:
-        f.write(f"\n## SQLite snapshot\n\n`{cmd}` ({stamp})\n\n{table}\n")
+        f.write(f"\n## {section}\n\n`{cmd}` ({stamp})\n\n{table}\n")
 
 
 if __name__ == "__main__":

@@ -40,14 +40,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))
 
-from sqlite_bench import WRITER, build_db  # noqa: E402
+from sqlite_bench import append_section, build_db, writer_running  # noqa: E402
 
 LIBS = ("sqlite3", "apsw", "sqlean", "pysqlite3", "syncengine")
 
@@ -196,20 +195,9 @@ def main() -> int:
         try:
             idle = rounds(workers, db, args.runs, idle=True)
             leftovers(db)
-            writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(args.rate),
-                                       str(work / "samples.json")], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True)
-            assert writer.stdin is not None and writer.stdout is not None
-            try:
-                assert writer.stdout.readline().strip() == "ready"
+            with writer_running(db, args.rate, work / "samples.json") as said:
                 busy = rounds(workers, db, args.runs, idle=False)
-                writer.stdin.write("stop\n")
-                writer.stdin.flush()
-                done = writer.stdout.readline().strip()
-            finally:
-                writer.stdin.close()
-                writer.wait(timeout=60)
-                writer.stdout.close()
+            done = said[0]
         finally:
             for w in workers.values():
                 w.close()
@@ -220,7 +208,7 @@ def main() -> int:
         table = _table(workers, idle, busy, size, rate, args.runs)
         print(table)
         if args.results:
-            _append(args.results, table)
+            append_section(args.results, table, "SQLite library")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
@@ -256,13 +244,6 @@ def _table(workers: dict[str, Worker], idle: dict[str, list[tuple[float, float]]
         "",
         "median wall time idle, against the standard library: " + (", ".join(ratios) or "-"),
     ])
-
-
-def _append(path: Path, table: str) -> None:
-    cmd = "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
-    stamp = time.strftime("%Y-%m-%d %H:%M")
-    with path.open("a") as f:
-        f.write(f"\n## SQLite library\n\n`{cmd}` ({stamp})\n\n{table}\n")
 
 
 if __name__ == "__main__":

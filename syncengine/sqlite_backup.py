@@ -144,11 +144,12 @@ def _backup(db_path: str, dst: str, relpath: str, opts: Options) -> None:
                 _copy_with_sqlite(db_path, dst, relpath, opts.busy_timeout,
                                   {"readonly_shm": "1", "vfs": _no_create_vfs()}
                                   if is_wal(header) else {})
+                _keep_writer(dst, writer_version(header))
+                return
             except _Closed as exc:
+                # the last connection closed meanwhile, or a crash left companions no
+                # process uses: copy it as an unused database (the copy proves it)
                 last = f"SQLite: {exc}"
-                continue  # the last connection closed meanwhile: copy it as an unused one
-            _keep_writer(dst, writer_version(header))
-            return
         quiet = _quiet_copy(db_path, relpath, opts.staging)
         if quiet is None:
             continue
@@ -197,6 +198,18 @@ def _no_create_vfs() -> str:
     """The name of a VFS like the default one whose open never creates a -wal."""
     import apsw
 
+    class File(apsw.VFSFile):
+        def xLock(self, level: int) -> None:
+            try:
+                super().xLock(level)
+            except apsw.IOError:
+                if level != apsw.SQLITE_LOCK_EXCLUSIVE:
+                    raise
+                # A read-only file cannot take a write lock (EBADF). SQLite tries it when
+                # the last connection closes, to checkpoint, and ignores the failure; here
+                # it would surface as an error from close(): say "busy", what it means.
+                raise apsw.BusyError("read-only: no exclusive lock") from None
+
     class NoCreate(apsw.VFS):
         def __init__(self) -> None:
             super().__init__(NO_CREATE_VFS, base="")
@@ -205,7 +218,7 @@ def _no_create_vfs() -> str:
                   ) -> apsw.VFSFile:
             if flags[0] & apsw.SQLITE_OPEN_WAL:
                 flags[0] &= ~apsw.SQLITE_OPEN_CREATE
-            return apsw.VFSFile("", name, flags)
+            return File("", name, flags)
 
     with _vfs_lock:
         if not _vfs:

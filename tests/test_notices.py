@@ -9,14 +9,13 @@ same problem after the path succeeded in between.
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 from syncengine import Runner
 from tests.conftest import EngineFactory, Tree
+from tests.helpers import Child
 from tests.test_sqlite import Writer, make_db
 
 LOCKER = r"""
@@ -38,32 +37,18 @@ CONFIG = {"adapters": [], "sqlite_busy_timeout": 0.2,
                       {"name": "tree", "live": "tree", "durable": "state/tree"}]}
 
 
-class Locker:
-    """Another process holding an exclusive lock on a rollback-journal database."""
-
-    def __init__(self, db: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", LOCKER, db],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        assert self.proc.stdout.readline().strip() == "locked"
-
-    def release(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write("go\n")
-            self.proc.stdin.flush()
-        self.proc.wait(timeout=30)
-        for f in (self.proc.stdin, self.proc.stdout):
-            if f is not None:
-                f.close()
+def lock(db: str) -> Child:
+    """Another process holding an exclusive lock on a rollback-journal database
+    (`stop("go")`: it commits and exits)."""
+    return Child(LOCKER, db, ready="locked")
 
 
 @pytest.fixture
-def lockers() -> Iterator[list[Locker]]:
-    held: list[Locker] = []
+def lockers() -> Iterator[list[Child]]:
+    held: list[Child] = []
     yield held
     for locker in held:
-        locker.release()
+        locker.stop("go")
 
 
 def said(caplog: pytest.LogCaptureFixture, event: str, path: str, *, clear: bool = True
@@ -82,14 +67,14 @@ W, D = logging.WARNING, logging.DEBUG
 @pytest.mark.dir_only("about log lines of the live side")
 def test_repeated_path_warnings_are_said_once_per_run(
         tree: Tree, engine: EngineFactory, caplog: pytest.LogCaptureFixture,
-        lockers: list[Locker]) -> None:
+        lockers: list[Child]) -> None:
     caplog.set_level(logging.DEBUG, logger="syncengine")
     db = tree.local / "app" / "app.db"
     make_db(db, 3, mode="delete")
     cache = tree.local / "tree" / "cache.db"
     make_db(cache, 2)
     eng = engine(CONFIG)
-    lockers.append(Locker(str(db)))
+    lockers.append(lock(str(db)))
     for _ in range(3):
         w = Writer(cache)  # the unlisted database changes every pass: snapshotted each time
         w.insert(1)
@@ -99,7 +84,7 @@ def test_repeated_path_warnings_are_said_once_per_run(
     assert said(caplog, "copy.failed", "app.db") == [W, D, D]  # locked, pass after pass
     eng.checkpoint()
     assert said(caplog, "copy.failed", "app.db") == [D]  # still locked: no news
-    lockers.pop().release()
+    lockers.pop().stop("go")
     db.write_bytes(db.read_bytes()[:100] + b"\xa5" * 4000)  # a new reason: corrupt
     eng.checkpoint()
     assert said(caplog, "copy.failed", "app.db") == [W]
@@ -108,7 +93,7 @@ def test_repeated_path_warnings_are_said_once_per_run(
     db.unlink()
     make_db(db, 5, mode="delete")
     assert eng.checkpoint().ok  # it succeeded: the next problem is news again
-    lockers.append(Locker(str(db)))
+    lockers.append(lock(str(db)))
     eng.checkpoint()
     assert said(caplog, "copy.failed", "app.db") == [W]
     fresh = engine(CONFIG)  # another run warns again
@@ -119,18 +104,18 @@ def test_repeated_path_warnings_are_said_once_per_run(
 @pytest.mark.dir_only("about log lines of the live side")
 def test_runner_says_a_repeated_failed_pass_once(
         tree: Tree, engine: EngineFactory, caplog: pytest.LogCaptureFixture,
-        lockers: list[Locker]) -> None:
+        lockers: list[Child]) -> None:
     caplog.set_level(logging.DEBUG, logger="syncengine")
     db = tree.local / "app" / "app.db"
     make_db(db, 3, mode="delete")
-    lockers.append(Locker(str(db)))
+    lockers.append(lock(str(db)))
     runner = Runner(engine(CONFIG), interval=3600, watch=False)
     runner.start()
     try:
         for _ in range(3):
             assert not runner.checkpoint_now().ok
     finally:
-        lockers.pop().release()
+        lockers.pop().stop("go")
         runner.stop()
     levels = [r.levelno for r in caplog.records if r.getMessage().startswith(
         "runner.pass-incomplete")]

@@ -7,17 +7,17 @@ the engine's, as a harness is); they report over stdout, never by timing.
 from __future__ import annotations
 
 import os
-import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import apsw
 import pytest
 
-from syncengine import sqlite_check
+from syncengine import sqlite_backup
 from tests.conftest import CliRunner, EngineFactory, Tree
+from tests.helpers import Child, query_snapshot
 from tests.test_sqlite import make_db
 
 CONFIG = {"adapters": [], "sqlite_busy_timeout": 2.0,
@@ -35,19 +35,10 @@ def listing(d: Path) -> dict[str, tuple[int, int]]:
 
 
 def snapshot_count(tree: Tree) -> int:
-    """quick_check and count rows of the published snapshot, on a private copy."""
-    copy = tree.base / "snap-check.db"
-    shutil.copyfile(tree.data / "state/app/checkpoints/app.db", copy)
-    try:
-        assert sqlite_check.check(str(copy)).ok
-        con = apsw.Connection(f"file:{copy}?mode=ro&immutable=1",
-                              flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
-        try:
-            return int(con.execute("SELECT count(*) FROM t").fetchall()[0][0])
-        finally:
-            con.close()
-    finally:
-        copy.unlink()
+    """Rows of the published snapshot (checked, on a private copy)."""
+    rows = query_snapshot(tree.data / "state/app/checkpoints/app.db", tree.base,
+                          "SELECT count(*) FROM t")
+    return int(str(rows[0][0]))
 
 
 @pytest.fixture
@@ -88,10 +79,8 @@ def test_snapshot_beside_an_open_writer_changes_no_file(
         tree: Tree, cli: CliRunner, cfg: str) -> None:
     db = tree.local / "app" / "app.db"
     db.parent.mkdir(parents=True)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = Child(HOLDER, str(db), ready="committed")
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "committed"
         assert sorted(os.listdir(db.parent)) == ["app.db", "app.db-shm", "app.db-wal"]
         before = listing(db.parent)
         # sizes and mtimes: as root, SQLite chowns an existing -wal it opens (its ctime);
@@ -100,12 +89,47 @@ def test_snapshot_beside_an_open_writer_changes_no_file(
         assert listing(db.parent) == before
         assert snapshot_count(tree) == 30
     finally:
-        assert holder.stdin is not None
-        holder.stdin.write("bye\n")
-        holder.stdin.close()
-        holder.wait(timeout=30)
-        assert holder.stdout is not None
-        holder.stdout.close()
+        holder.stop("bye")
+
+
+KILLED = r"""
+import os, signal, sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("PRAGMA journal_mode=WAL")
+con.execute("PRAGMA wal_autocheckpoint=0")
+con.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+con.execute("BEGIN")
+con.executemany("INSERT INTO t(v) VALUES (?)", [("x" * 300,)] * 25)
+con.execute("COMMIT")  # committed in the -wal only
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("left_by", ["read-only reader", "killed writer"])
+def test_companions_no_process_uses_are_read_and_left_alone(
+        tree: Tree, cli: CliRunner, cfg: str, left_by: str) -> None:
+    db = tree.local / "app" / "app.db"
+    if left_by == "killed writer":
+        db.parent.mkdir(parents=True)
+        proc = subprocess.run([sys.executable, "-c", KILLED, str(db)], timeout=60)
+        assert proc.returncode == -9
+        rows = 25
+    else:  # Python's own SQLite leaves an empty -wal and a -shm after a read-only read
+        make_db(db, 20)
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        con.execute("SELECT count(*) FROM t").fetchall()
+        con.close()
+        rows = 20
+    assert sorted(os.listdir(db.parent)) == ["app.db", "app.db-shm", "app.db-wal"]
+    before = listing(db.parent)
+    opts = sqlite_backup.Options(staging=tree.base / "staging", quarantine=tree.base / "q")
+    for _ in range(3):  # one process, one open after the other, as a daemon does
+        staged = sqlite_backup.stage(str(db), "app.db", opts)
+        sqlite_backup.remove_set(staged.path)
+        assert listing(db.parent) == before
+    cli("--config", cfg, "checkpoint", check=0)
+    assert listing(db.parent) == before
+    assert snapshot_count(tree) == rows
 
 
 OPENER = r"""
@@ -129,24 +153,17 @@ print("stopped", n, flush=True)
 
 
 @pytest.fixture
-def opener(tree: Tree) -> Iterator[subprocess.Popen[str]]:
+def opener(tree: Tree) -> Iterator[Child]:
     db = tree.local / "app" / "app.db"
     db.parent.mkdir(parents=True)
-    proc = subprocess.Popen([sys.executable, "-c", OPENER, str(db)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "running"
-    yield proc
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(timeout=30)
-    for f in (proc.stdin, proc.stdout):
-        if f is not None:
-            f.close()
+    child = Child(OPENER, str(db), ready="running")
+    yield child
+    child.stop()
 
 
 @pytest.mark.dir_only("about the live side: snapshots of a database whose writer comes and goes")
 def test_writer_opening_and_closing_meanwhile_never_spoils_a_snapshot(
-        tree: Tree, engine: EngineFactory, opener: subprocess.Popen[str]) -> None:
+        tree: Tree, engine: EngineFactory, opener: Child) -> None:
     eng = engine(CONFIG)
     counts = []
     for _ in range(12):
@@ -157,10 +174,7 @@ def test_writer_opening_and_closing_meanwhile_never_spoils_a_snapshot(
             count = snapshot_count(tree)
             assert count % 10 == 0, count  # whole transactions only
             counts.append(count)
-    assert opener.stdin is not None and opener.stdout is not None
-    opener.stdin.write("stop\n")
-    opener.stdin.flush()
-    sessions = int(opener.stdout.readline().split()[1])
+    sessions = int(opener.stop().split()[1])
     assert counts and counts == sorted(counts)
     live = tree.local / "app"
     assert os.listdir(live) == ["app.db"]  # the writer's last close removed its companions

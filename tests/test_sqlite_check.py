@@ -23,6 +23,7 @@ import pytest
 from syncengine import sqlite_check
 from syncengine.sqlite_check import CORRUPT, OK, UNCHECKED, check
 from tests.conftest import CliRunner, Tree
+from tests.helpers import query_closed_db
 
 FUTURE = 3_099_000  # what a SQLite 3.99.0 would write at offset 96
 
@@ -206,14 +207,7 @@ def cfg(tree: Tree) -> str:
 
 
 def rows_of(path: Path) -> list[tuple[object, ...]]:
-    """The rows of `t` in a database no process has open (nothing created beside it)."""
-    con = apsw.Connection(f"file:{path}?mode=ro&immutable=1",
-                          flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
-    try:
-        con.execute("PRAGMA writable_schema=ON")
-        return con.execute("SELECT id, body FROM t ORDER BY id").fetchall()
-    finally:
-        con.close()
+    return query_closed_db(path, "SELECT id, body FROM t ORDER BY id")
 
 
 def newer_databases(live: Path) -> dict[str, Path]:

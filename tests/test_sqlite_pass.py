@@ -9,15 +9,12 @@ restore of the pair never points past the end of the log).
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 
-import apsw
 import pytest
 
 from tests.conftest import EngineFactory, Tree
+from tests.helpers import Child, query_snapshot
 
 PAIR_WRITER = r"""
 import os, select, sqlite3, sys, time
@@ -44,40 +41,23 @@ CONFIG = {"adapters": [], "adapter": [{"name": "cx", "live": "cx", "durable": "s
 
 
 @pytest.fixture
-def pair_writer(tree: Tree) -> Iterator[subprocess.Popen[str]]:
+def pair_writer(tree: Tree) -> Iterator[Child]:
     live = tree.local / "cx"
     live.mkdir()
-    proc = subprocess.Popen([sys.executable, "-c", PAIR_WRITER, str(live / "rollout.jsonl"),
-                             str(live / "thread_history.sqlite")],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
-    yield proc
-    if proc.poll() is None:
-        assert proc.stdin is not None
-        proc.stdin.write("stop\n")
-        proc.stdin.flush()
-    proc.wait(timeout=30)
-    for f in (proc.stdin, proc.stdout):
-        if f is not None:
-            f.close()
+    child = Child(PAIR_WRITER, str(live / "rollout.jsonl"), str(live / "thread_history.sqlite"),
+                  ready="writing")
+    yield child
+    child.stop()
 
 
 def recorded_length(tree: Tree) -> int:
-    copy = tree.base / "pos-check.sqlite"
-    shutil.copyfile(tree.data / "state/cx/checkpoints/thread_history.sqlite", copy)
-    try:
-        con = apsw.Connection(f"file:{copy}?mode=ro&immutable=1",
-                              flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
-        try:
-            return int(con.execute("SELECT len FROM pos").fetchall()[0][0])
-        finally:
-            con.close()
-    finally:
-        copy.unlink()
+    rows = query_snapshot(tree.data / "state/cx/checkpoints/thread_history.sqlite", tree.base,
+                          "SELECT len FROM pos")
+    return int(str(rows[0][0]))
 
 
 def test_database_snapshot_is_never_ahead_of_the_log_it_indexes(
-        tree: Tree, engine: EngineFactory, pair_writer: subprocess.Popen[str]) -> None:
+        tree: Tree, engine: EngineFactory, pair_writer: Child) -> None:
     eng = engine(CONFIG)
     seen = []
     for _ in range(10):

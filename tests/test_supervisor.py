@@ -196,7 +196,7 @@ def test_incomplete_restore_refuses_to_start_the_child(tree: Tree) -> None:
 
 def test_final_checkpoint_incomplete_exits_75_when_the_child_succeeded(tree: Tree) -> None:
     """An operator sees an incomplete final checkpoint in the exit status, not only in logs."""
-    from tests.test_notices import Locker
+    from tests.test_notices import lock
     from tests.test_sqlite import make_db
 
     db = tree.local / "x" / "cache.db"  # unlisted: found by its header, snapshotted
@@ -212,7 +212,7 @@ def test_final_checkpoint_incomplete_exits_75_when_the_child_succeeded(tree: Tre
         rc, err = finish(proc)
         return rc, "\n".join(err)
 
-    locker = Locker(str(db))  # held across the final checkpoint: it cannot complete
+    locker = lock(str(db))  # held across the final checkpoint: it cannot complete
     try:
         rc, err = run(0)
         assert rc == 75, err
@@ -226,7 +226,7 @@ def test_final_checkpoint_incomplete_exits_75_when_the_child_succeeded(tree: Tre
         rc, err = run(3)  # a failing child's own status wins
         assert rc == 3, err
     finally:
-        locker.release()
+        locker.stop("go")
     rc, err = run(0)
     assert rc == 0, err
     assert json.loads((tree.state / "daemon.json").read_text())["final_ok"] is True
