@@ -3,7 +3,7 @@
 Builds a WAL-mode database of about --size-mb MB, then measures, in the same
 run, the median of --runs snapshots by
 
-- syncengine: ``sqlite.staged_snapshot`` (read-only one-step backup into local
+- syncengine: ``sqlite_backup.stage`` (read-only one-step backup into local
   staging + ``PRAGMA quick_check``), the part of a checkpoint that reads the db;
 - the CLI: ``sqlite3 DB ".backup FILE"`` then ``sqlite3 FILE "PRAGMA quick_check"``;
 
@@ -19,6 +19,7 @@ while each kind of snapshot runs.  Prints a Markdown table and, with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -28,11 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from syncengine import sqlite as se_sqlite
+from syncengine import sqlite_backup, sqlite_check
 
 WRITER = r"""
 import json, sqlite3, sys, time
@@ -64,6 +66,26 @@ print("done", len(samples), flush=True)
 """
 
 
+@contextlib.contextmanager
+def writer_running(db: Path, rate: float, samples: Path) -> Iterator[list[str]]:
+    """`WRITER` committing to `db` at `rate` per second while the block runs; the list
+    yielded receives its last line ("done N") when the block ends."""
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(rate), str(samples)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert writer.stdin is not None and writer.stdout is not None
+    said: list[str] = []
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        yield said
+        writer.stdin.write("stop\n")
+        writer.stdin.flush()
+        said.append(writer.stdout.readline().strip())
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=60)
+        writer.stdout.close()
+
+
 def build_db(path: Path, size_mb: int) -> None:
     con = sqlite3.connect(path, isolation_level=None)
     try:
@@ -83,10 +105,12 @@ def build_db(path: Path, size_mb: int) -> None:
 
 
 def ours(db: Path, work: Path) -> float:
-    opts = se_sqlite.Options(staging=work / "staging", quarantine=work / "q", busy_timeout=2.0)
+    opts = sqlite_backup.Options(staging=work / "staging", quarantine=work / "q",
+                                 busy_timeout=2.0)
     t0 = time.perf_counter()
-    with se_sqlite.staged_snapshot(str(db), db.name, opts):
-        elapsed = time.perf_counter() - t0
+    staged = sqlite_backup.stage(str(db), db.name, opts)
+    elapsed = time.perf_counter() - t0
+    sqlite_backup.remove_set(staged.path)
     return elapsed
 
 
@@ -149,24 +173,13 @@ def main() -> int:
         windows: list[tuple[str, float, float]] = []
         idle = {k: measure(k, db, work, args.runs, []) for k in ("syncengine", "sqlite3 CLI")}
         samples_file = work / "samples.json"
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(args.rate),
-                                   str(samples_file)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)
-        assert writer.stdin is not None and writer.stdout is not None
-        try:
-            assert writer.stdout.readline().strip() == "ready"
+        with writer_running(db, args.rate, samples_file) as said:
             base_start = time.monotonic()
             time.sleep(args.baseline_s)  # the writer alone: the baseline latency window
             base_end = time.monotonic()
             busy = {k: measure(k, db, work, args.runs, windows)
                     for k in ("syncengine", "sqlite3 CLI")}
-            writer.stdin.write("stop\n")
-            writer.stdin.flush()
-            done = writer.stdout.readline().strip()
-        finally:
-            writer.stdin.close()
-            writer.wait(timeout=60)
-            writer.stdout.close()
+        done = said[0]
         samples = json.loads(samples_file.read_text())
         rate = len(samples) / (samples[-1][0] - samples[0][0]) if len(samples) > 1 else 0.0
         print(f"writer {done}, {rate:.0f} commits/s", file=sys.stderr)
@@ -194,7 +207,8 @@ def main() -> int:
         ratio_busy = statistics.median(busy["syncengine"]) / statistics.median(busy["sqlite3 CLI"])
         lines = [
             f"db {size / 1e6:.0f} MB (WAL), {args.runs} runs each, writer at {rate:.0f} "
-            f"commits/s, SQLite {sqlite3.sqlite_version}, {os.cpu_count()} CPUs; snapshot = "
+            f"commits/s, SQLite {sqlite_check.library_version()['version']} (syncengine), "
+            f"{os.cpu_count()} CPUs; snapshot = "
             "backup + quick_check into local staging",
             "",
             "| what | median idle (s) | median under writer (s) | writer commit max (ms) "
@@ -208,19 +222,20 @@ def main() -> int:
         table = "\n".join(lines)
         print(table)
         if args.results:
-            _append(args.results, table)
+            append_section(args.results, table)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
-def _append(path: Path, table: str) -> None:
+def append_section(path: Path, table: str, section: str = "SQLite snapshot") -> None:
+    """Append `table` under "## `section`", with the command line that made it."""
     if not path.exists():
         path.write_text("# Benchmark results\n")
     cmd = "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
     stamp = time.strftime("%Y-%m-%d %H:%M")
     with path.open("a") as f:
-        f.write(f"\n## SQLite snapshot\n\n`{cmd}` ({stamp})\n\n{table}\n")
+        f.write(f"\n## {section}\n\n`{cmd}` ({stamp})\n\n{table}\n")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """Doing a checkpoint of one adapter: carry out the plan, then record it.
 
-Owns the order that makes a checkpoint safe: publish every changed file as a
-closed object (in parallel, so per-file latency on the mount overlaps), flush
-the durable filesystem once, write one manifest object naming what was
-published, and only then update the local index.  A pass that only appended
+Owns the order that makes a checkpoint safe: first back up every changed
+SQLite database into local staging (`sqlite_pass`: a database snapshot must
+never be newer than the transcript it indexes, so it is taken before any
+file of the pass is read); then publish every changed file and staged
+snapshot as a closed object (in parallel, so per-file latency on the mount
+overlaps), flush the durable filesystem once, write one manifest object
+naming what was published, and only then update the local index.  A pass that only appended
 segments to logs writes no manifest object (`manifest_entries` decides).  If
 the durable side fails part-way, the index is not advanced, so the next pass
 takes the same files again; nothing already durable is lost.  An idle pass
@@ -20,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from syncengine import manifest, segments, sqlite
+from syncengine import manifest, segments, sqlite, sqlite_pass
 from syncengine.copier import (
     Copied,
     NotRegular,
@@ -34,6 +37,7 @@ from syncengine.copier import (
 from syncengine.errors import DurableError, NameTaken, SourceError
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
+from syncengine.notices import Notices
 from syncengine.patterns import Matcher
 from syncengine.plan import (
     CheckpointAction,
@@ -66,6 +70,7 @@ class AdapterState:
     segments: Matcher | None = None  # append-only logs (segments.py), if any
     sqlite: sqlite.Options | None = None
     sqlite_patterns: tuple[str, ...] = ()
+    notices: Notices = attrs.field(factory=Notices)  # warnings said once per run
 
 
 @attrs.frozen
@@ -101,26 +106,18 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
         if state.sqlite is not None:
             sqlite.sweep_staging(state.sqlite)
     recent = started_ns - GRANULARITY_NS
-    companions: list[tuple[str, str]] = []
-    results = _execute_uploads(state, uploads, jobs, recent, final, trust_hashes)
+    work = sqlite_pass.split(state, uploads)
+    staged = sqlite_pass.stage_all(state, work.databases, jobs)  # before any file is read
+    results = _execute(state, work, staged, jobs, recent, final, trust_hashes)
     try:
-        bases: dict[str, Upload | Snapshot] = {}
-        for action, result in results:
-            if isinstance(result, _Companion):
-                bases.setdefault(result.base, action)
-                companions.append((action.path, result.base))
-                continue
-            _collect(state, action, result, done, errors, counts)
-        snapped = {d.path for d in done if d.other is not None} | {e.path for e in errors}
-        for base, action in sorted(bases.items()):  # a WAL changed: snapshot its database
-            if base not in snapped:
-                result = _snapshot(state, base, False, recent)
-                _collect(state, action, result, done, errors, counts, path=base)
+        for item, result in results:
+            _collect(state, item, result, done, errors, counts)
     except DurableError as exc:
         fatal = str(exc)
         log.error("checkpoint.durable-failed adapter=%s error=%s", state.name, exc)
     finally:
         results.close()  # cancel queued copies, wait for running ones
+        sqlite_pass.discard(staged)
     for other in actions:
         if isinstance(other, RecordLink):
             _record_link(state, other.path, done, errors, counts)
@@ -154,7 +151,8 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
         _apply(state.index, done, started_ns)
         segments.mark_recorded(state.index, recorded)
         failed = {e.path for e in errors}
-        _record_companions(state, [c for c, base in companions if base not in failed], recent)
+        _record_companions(state, [c for c, base in work.companions if base not in failed],
+                           recent)
     else:  # keep verified-equal results; published ones are taken again next pass
         _apply(state.index, [d for d in done if d.copied and not d.copied.published], started_ns)
     if state.index.changed:
@@ -175,89 +173,70 @@ def _written(c: Copied) -> int:
     return c.written if isinstance(c, segments.Logged) else c.size
 
 
-@attrs.frozen
-class _Companion:
-    """A changed -wal/-shm/-journal of an unlisted database: never copied raw."""
-
-    base: str
+_Result = Copied | Published | Exception
+_Item = Upload | sqlite_pass.Database
 
 
-_Result = Copied | Published | _Companion | Exception
-
-
-def _snapshot(state: AdapterState, path: str, listed: bool, recent: int) -> _Result:
-    assert state.sqlite is not None
-    if not listed:
-        log.warning("sqlite.unlisted adapter=%s path=%s: a SQLite database not listed in the "
-                    "adapter's `sqlite` key; snapshotting it with the backup API", state.name,
-                    path)
-    try:
-        return sqlite.snapshot_and_publish(state.store, state.live, path, state.sqlite,
-                                           state.index, listed=listed, recent_after_ns=recent)
-    except (SourceError, Vanished) as exc:
-        return exc
-
-
-def _execute_uploads(state: AdapterState, uploads: list[Upload | Snapshot], jobs: int,
-                     recent: int, final: bool, trust_hashes: bool
-                     ) -> Generator[tuple[Upload | Snapshot, _Result], None, None]:
+def _execute(state: AdapterState, work: sqlite_pass.Sorted,
+             staged: dict[str, sqlite.Staged | Exception], jobs: int, recent: int,
+             final: bool, trust_hashes: bool) -> Generator[tuple[_Item, _Result], None, None]:
+    """Publish the staged snapshots and copy the files, `jobs` at a time, in order."""
     sniff = state.sqlite is not None
     logs = state.segments
 
-    def one(action: Upload | Snapshot) -> _Result:
-        if isinstance(action, Snapshot):
-            return _snapshot(state, action.path, action.listed, recent)
-        if sniff:
-            base = sqlite.companion_base(state.live, action.path)
-            if base is not None:
-                return _Companion(base)
-        rec = state.index.get(action.path)
+    def one(item: _Item) -> _Result:
+        if isinstance(item, sqlite_pass.Database):
+            return sqlite_pass.publish(state, item, staged[item.path], recent)
+        rec = state.index.get(item.path)
         known = trust_hashes and rec is not None and rec.kind == "file"
         try:
-            if logs and logs.excluded(action.path, False):
-                return segments.publish(state.store, os.fspath(state.live), action.path,
-                                        state.index, final=final, compact=action.compact)
-            return upload(state.store, os.fspath(state.live), action.path,
+            if logs and logs.excluded(item.path, False):
+                return segments.publish(state.store, os.fspath(state.live), item.path,
+                                        state.index, final=final, compact=item.compact)
+            return upload(state.store, os.fspath(state.live), item.path,
                           known_hash=rec.hash64 if known and rec else None,
                           known_size=rec.size if known and rec else None, sniff_sqlite=sniff)
         except SQLiteFile:
-            return _snapshot(state, action.path, False, recent)
+            return sqlite_pass.found_late(state, item.path, recent, final)
         except (SourceError, Vanished, NotRegular, segments.Waiting) as exc:
             return exc
 
-    return in_order(uploads, one, jobs=jobs, name="syncengine-copy")
+    items: list[_Item] = [*work.databases, *work.files]
+    return in_order(items, one, jobs=jobs, name="syncengine-copy")
 
 
-def _collect(state: AdapterState, action: Upload | Snapshot, result: _Result,
-             done: list[_Done], errors: list[PathError], counts: dict[str, int],
-             path: str | None = None) -> None:
+def _collect(state: AdapterState, item: _Item, result: _Result, done: list[_Done],
+             errors: list[PathError], counts: dict[str, int]) -> None:
+    path = item.path
+    if isinstance(result, (Published, Copied)):
+        state.notices.settled("copy.failed", state.name, path)
     if isinstance(result, Published):
         done.append(_Done(result.entry.path, copied=result.copied, other=result))
         if not result.copied.published:
             counts["unchanged"] += 1
-    elif isinstance(result, _Companion):
-        pass
     elif isinstance(result, Copied):
-        done.append(_Done(action.path, copied=result))
+        done.append(_Done(path, copied=result))
         if not result.published:
             counts["unchanged"] += 1
         else:
-            log.debug("copy.published adapter=%s path=%s bytes=%d", state.name, action.path,
+            log.debug("copy.published adapter=%s path=%s bytes=%d", state.name, path,
                       result.size)
     elif isinstance(result, Vanished):
         counts["skipped"] += 1
-        log.info("copy.vanished adapter=%s path=%s", state.name, action.path)
+        log.info("copy.vanished adapter=%s path=%s", state.name, path)
     elif isinstance(result, segments.Waiting):
         counts["unchanged"] += 1
-        log.debug("segments.waiting adapter=%s path=%s (%s)", state.name, action.path, result)
+        log.debug("segments.waiting adapter=%s path=%s (%s)", state.name, path, result)
+    elif isinstance(result, sqlite_pass.Deferred):
+        counts["unchanged"] += 1
     elif isinstance(result, NotRegular):
         counts["skipped"] += 1
-        log.info("copy.not-regular adapter=%s path=%s", state.name, action.path)
+        log.info("copy.not-regular adapter=%s path=%s", state.name, path)
     elif isinstance(result, SourceError):
-        where = path or action.path
-        errors.append(PathError(state.name, where, result.operation, result.reason))
-        log.warning("copy.failed adapter=%s path=%s error=%s", state.name, where,
-                    result.reason)
+        errors.append(PathError(state.name, path, result.operation, result.reason))
+        state.notices.warn("copy.failed", state.name, path, result.reason,
+                           "copy.failed adapter=%s path=%s error=%s", state.name, path,
+                           result.reason)
 
 
 def _record_link(state: AdapterState, path: str, done: list[_Done],

@@ -27,6 +27,8 @@ exit codes:
   1  incomplete: something could not be checkpointed or restored (named on stderr),
      or the durable side failed
   2  usage or configuration error: nothing was done
+  run exits with COMMAND's status (128 + N if a signal N killed it), except
+  75 when COMMAND exited 0 but the final checkpoint was incomplete
 
 configuration (lowest to highest precedence):
   environment  AM_LOCAL (local_root), DATA_DIR (durable_root, default /data),
@@ -142,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Container entrypoint: restore (COMMAND is not started if "
                        "the restore is incomplete), start COMMAND, checkpoint every interval "
                        "(inotify hints when available), forward SIGTERM/SIGINT/SIGHUP, take a "
-                       "final checkpoint, exit with COMMAND's status.")
+                       "final checkpoint, exit with COMMAND's status; 75 when COMMAND exited 0 "
+                       "but the final checkpoint was incomplete (state since the last complete "
+                       "checkpoint is not durable).")
     u.add_argument("--interval", type=float, metavar="S",
                    help="seconds between checkpoints (default: interval, 15)")
     u.add_argument("--grace", type=float, default=1.0, metavar="S",
@@ -224,7 +228,8 @@ def _print_status(status: dict[str, Any]) -> None:
         print(f"last restore: {state} at {_fmt_time(restore.get('finished_ns'))}")
     lib = status.get("sqlite") or {}
     if lib:
-        print(f"SQLite library: {lib['version']}")
+        print(f"SQLite library: {lib['version']} ({lib.get('library', '?')}"
+              f"{', bundled' if lib.get('bundled') else ''})")
         if lib.get("warning"):
             print(f"  WARNING: {lib['warning']}")
     daemon = status.get("daemon")
@@ -232,7 +237,8 @@ def _print_status(status: dict[str, Any]) -> None:
         state = f"running (pid {daemon.get('pid')})" if daemon.get("running") else "not running"
         print(f"daemon: {state}, mode {daemon.get('mode')}, interval {daemon.get('interval')}s, "
               f"last pass {_fmt_time(daemon.get('last_pass_ns'))}"
-              + (f", last error: {daemon['last_error']}" if daemon.get("last_error") else ""))
+              + (f", last error: {daemon['last_error']}" if daemon.get("last_error") else "")
+              + (", FINAL CHECKPOINT INCOMPLETE" if daemon.get("final_ok") is False else ""))
     print("adapters:")
     for a in status["adapters"]:
         print(f"  {a['name']}: {a['live']} -> {a['durable']}")

@@ -23,6 +23,7 @@ from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.errors import ConfigError, DurableError, LockBusy, NameTaken
 from syncengine.index import DIRTY, SIG, Index, file_signature
 from syncengine.lock import StateLock
+from syncengine.notices import Notices
 from syncengine.patterns import Matcher, compile_patterns, database_patterns
 from syncengine.report import AdapterReport, PathError, Report
 from syncengine.store import Store
@@ -71,6 +72,7 @@ class Engine:
         self._caps: probe.Capabilities | None = None
         self._jobs: int | None = None
         self._unseeded: set[str] = set()  # fresh indexes not yet rebuilt from the manifest
+        self.notices = Notices()  # a path's repeated warning is said once per engine
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str] | None = None, *,
@@ -106,7 +108,7 @@ class Engine:
             index_path=self._index_path(spec.name),
             staging_marker=staging_marker(self.config.state_dir, spec.name),
             segments=self._logs.get(spec.name),
-            sqlite=self._sqlite_options(), sqlite_patterns=spec.sqlite,
+            sqlite=self._sqlite_options(), sqlite_patterns=spec.sqlite, notices=self.notices,
         )
         return state
 
@@ -209,7 +211,9 @@ class Engine:
             t0 = time.monotonic()
             result = results[state.name]
             for path, reason in result.errors:
-                log.warning("scan.error adapter=%s path=%s error=%s", state.name, path, reason)
+                self.notices.warn("scan.error", state.name, path, reason,
+                                  "scan.error adapter=%s path=%s error=%s", state.name, path,
+                                  reason)
             if not result.exists:
                 reports.append(AdapterReport(state.name))
                 continue

@@ -73,6 +73,7 @@ class Runner:
         self.last_pass_ns: int | None = None
         self.last_ok_ns: int | None = None
         self.last_error: str | None = None
+        self.final_ok: bool | None = None  # the checkpoint taken on stop (and any after it)
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> Report:
@@ -166,9 +167,14 @@ class Runner:
                                                 final=kind == "final")
             except Exception as exc:
                 self._failed(kind, taken, str(exc))
+                if kind == "final" or not self._running:
+                    self.final_ok = False
+                    self._write_status()
                 raise
             self.passes += 1
             self.last_pass_ns = report.started_ns
+            if kind == "final" or not self._running:  # the last word on what is durable
+                self.final_ok = report.ok
             if report.skipped_busy:
                 self._give_back(taken)
             elif report.ok:
@@ -190,8 +196,13 @@ class Runner:
 
     def _failed(self, kind: str, taken: dict[str, set[str] | None] | None, error: str) -> None:
         self._give_back(taken)
+        # the same failure pass after pass is said once, then at debug level (path warnings
+        # are deduplicated the same way by Engine.notices); `status` shows it meanwhile.
+        # The final pass always says it: it decides what stays durable.
+        level = logging.DEBUG if error == self.last_error and kind != "final" else logging.ERROR
         self.last_error = error
-        log.error("runner.pass-incomplete kind=%s error=%s (retried next pass)", kind, error)
+        log.log(level, "runner.pass-incomplete kind=%s error=%s (retried next pass)", kind,
+                error)
 
     # -- observability -------------------------------------------------------
     @property
@@ -205,7 +216,7 @@ class Runner:
             "pid": os.getpid(), "running": self._running, "mode": self.mode,
             "interval": self.interval, "passes": self.passes,
             "last_pass_ns": self.last_pass_ns, "last_ok_ns": self.last_ok_ns,
-            "last_error": self.last_error,
+            "last_error": self.last_error, "final_ok": self.final_ok,
             "watch_error": self.watcher.last_error if self.watcher is not None else None,
             "overflows": self.watcher.overflows if self.watcher is not None else 0,
             "pending": pending, "updated_ns": time.time_ns(),

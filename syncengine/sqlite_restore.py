@@ -1,9 +1,15 @@
 """SQLite databases on the restore side: keep a valid local one, else the verified snapshot.
 
-Owns the rules of a database restore.  A local database that passes
-``PRAGMA quick_check`` is authoritative (a hot restart may hold committed rows
-newer than the last snapshot).  Otherwise the snapshot is copied from the
-durable side into a temp file next to the target, checked, and only then is
+Owns the rules of a database restore, with the same check as the checkpoint
+(`sqlite_check.check`).  A local database that is not ``corrupt`` is
+authoritative (a hot restart may hold committed rows newer than the last
+snapshot); one the library could not check (``unchecked``: it uses what this
+SQLite lacks) is kept too, with a warning, since replacing a sound database
+with an older snapshot loses data.  One that is locked by another process is
+left alone and the restore is incomplete.  Otherwise the snapshot is copied
+from the durable side into a temp file next to the target, checked (a
+``corrupt`` snapshot is refused; an ``unchecked`` one is restored with a
+warning: the checkpoint published it with the same verdict), and only then is
 the invalid local set (db, ``-wal``, ``-shm``, ``-journal``) moved aside into
 ``state_dir/sqlite-quarantine`` and the snapshot renamed into place, with no
 stale companion left behind.  For one release, a durable tree in the old raw
@@ -19,7 +25,6 @@ import errno
 import logging
 import os
 import shutil
-import sqlite3
 import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -34,7 +39,8 @@ from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
 from syncengine.plan import RestoreDB
 from syncengine.safepath import DirCache, UnsafePath
-from syncengine.sqlite import COMPANIONS, Options, find_databases, matches, quick_check
+from syncengine.sqlite import COMPANIONS, Options, find_databases, matches
+from syncengine.sqlite_check import CheckFailed, Verdict, check, connect
 from syncengine.store import Store
 
 log = logging.getLogger("syncengine")
@@ -107,8 +113,8 @@ def _restore_in(action: RestoreDB, dir_fd: int, name: str, durable: DirCache, op
     local = _lstat(name, dir_fd)
     verdict = None
     if local is not None:
-        verdict = _validate(f"{here}/{name}", opts.busy_timeout)
-        if verdict == "ok":
+        verdict = _validate(f"{here}/{name}", entry.path, opts.busy_timeout)
+        if verdict is None:
             log.info("sqlite.restore-kept path=%s (valid local database)", entry.path)
             return Outcome(True, local)
     if entry.extra.get("local_only"):
@@ -138,17 +144,21 @@ def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
     return st if stat.S_ISREG(st.st_mode) else None
 
 
-def _validate(path: str, timeout: float) -> str:
-    """"ok" for a sound database; otherwise what is wrong (never raises)."""
+def _validate(path: str, relpath: str, timeout: float) -> str | None:
+    """None to keep the local database; otherwise what is wrong with it."""
     try:
-        return quick_check(path, readonly=True, timeout=timeout)
-    except sqlite3.OperationalError:  # read-only open refused (permissions): try normally
-        try:
-            return quick_check(path, readonly=False, timeout=timeout)
-        except sqlite3.Error as exc:
-            return str(exc)
-    except sqlite3.Error as exc:
+        verdict = check(path, timeout=timeout, recover=True)
+    except CheckFailed as exc:
+        if exc.locked:
+            raise SourceError(relpath, "restore", f"the local database is {exc}: a process "
+                              "still uses it; left alone (stop it, then restore again)") from exc
         return str(exc)
+    if verdict.corrupt:
+        return verdict.detail
+    if not verdict.ok:
+        log.warning("sqlite.restore-kept-unchecked %s; the local database is kept",
+                    verdict.message(relpath))
+    return None
 
 
 def _fetch(entry: Entry, legacy_wal: str | None, durable: DirCache, tmp: savefile.Staged,
@@ -161,11 +171,11 @@ def _fetch(entry: Entry, legacy_wal: str | None, durable: DirCache, tmp: savefil
     legacy = bool(entry.extra.get("legacy"))
     size, h, st = _copy(durable, entry.location, entry.path, tmp.write, legacy)
     if not legacy:
-        verdict = recorded.judge(entry, size, st.st_mtime_ns, h, unrecorded=unrecorded)
-        if verdict.problem is not None:
+        judged = recorded.judge(entry, size, st.st_mtime_ns, h, unrecorded=unrecorded)
+        if judged.problem is not None:
             raise SourceError(entry.path, "restore", f"the durable snapshot {entry.location} "
-                              f"{verdict.problem}; the local files were left alone")
-        if verdict.newer:
+                              f"{judged.problem}; the local files were left alone")
+        if judged.newer:
             log.warning("restore.newer-than-manifest path=%s: the durable snapshot is newer "
                         "than the manifest records (a checkpoint was interrupted before "
                         "recording it); restoring it after quick_check", entry.path)
@@ -178,23 +188,23 @@ def _fetch(entry: Entry, legacy_wal: str | None, durable: DirCache, tmp: savefil
                     f.write(chunk)
 
                 _copy(durable, legacy_wal, entry.path, sink, legacy)
-        try:
-            with contextlib.closing(sqlite3.connect(tmp_path, timeout=opts.busy_timeout)) as con:
-                result = "; ".join(str(r[0]) for r in
-                                   con.execute("PRAGMA quick_check").fetchall()[:5])
-                if legacy_wal is not None and result == "ok":
-                    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        except sqlite3.Error as exc:
-            result = str(exc)
+            _recover(tmp_path, entry.path, opts.busy_timeout)
+        verdict: Verdict | str = check(tmp_path, timeout=opts.busy_timeout)
+    except CheckFailed as exc:
+        verdict = str(exc)
     except OSError as exc:
         raise source_error("restore", entry.path, exc) from exc
     finally:
         for suffix in COMPANIONS:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp_path + suffix)
-    if result != "ok":
-        raise SourceError(entry.path, "restore", f"the durable copy {entry.location} fails "
-                          f"quick_check ({result}); the local files were left alone")
+    if isinstance(verdict, str) or verdict.corrupt:
+        what = verdict if isinstance(verdict, str) else f"fails quick_check ({verdict.detail})"
+        raise SourceError(entry.path, "restore", f"the durable copy {entry.location} {what}; "
+                          "the local files were left alone")
+    if not verdict.ok:
+        log.warning("sqlite.restore-unchecked %s; restoring it as the checkpoint published it",
+                    verdict.message(entry.path))
     try:
         os.chmod(tmp_path, entry.mode)
         if entry.mtime_ns:
@@ -202,6 +212,17 @@ def _fetch(entry: Entry, legacy_wal: str | None, durable: DirCache, tmp: savefil
     except OSError as exc:
         raise source_error("restore", entry.path, exc) from exc
     return entry
+
+
+def _recover(path: str, relpath: str, timeout: float) -> None:
+    """Let SQLite fold an old-layout WAL copied beside `path` into it (legacy restores)."""
+    import apsw
+
+    try:
+        with connect(path, timeout=timeout, readonly=False) as con:
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except apsw.Error as exc:
+        log.warning("sqlite.legacy-recovery-failed path=%s error=%s", relpath, exc)
 
 
 def _copy(durable: DirCache, location: str, path: str, write: Callable[[memoryview], None],

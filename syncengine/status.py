@@ -147,6 +147,6 @@ def _probe_status(state_dir: Path, root: Path) -> dict[str, Any] | None:
 
 
 def _sqlite_version() -> dict[str, Any]:
-    from syncengine import sqlite  # its module is heavy; status is the only user here
+    from syncengine import sqlite_check  # imports apsw: status is the only user here
 
-    return sqlite.library_version()
+    return sqlite_check.library_version()

@@ -4,8 +4,11 @@ Owns the process side of the lifecycle: restore (and refuse to start COMMAND
 when the restore is incomplete), start COMMAND as a child, let the `Runner`
 checkpoint in the background, forward SIGTERM/SIGINT/SIGHUP to the child, take
 the final checkpoint, and exit with the child's status (128 + signal number
-when it died of a signal, as a shell does).  As PID 1 it also reaps orphaned
-zombies.
+when it died of a signal, as a shell does), except that a child that
+succeeded (0) while the final checkpoint was incomplete exits
+`FINAL_INCOMPLETE` (75, sysexits' EX_TEMPFAIL): the state since the last
+complete checkpoint is not durable, and an orchestrator must not read that as
+success.  As PID 1 it also reaps orphaned zombies.
 
 Signals are recorded by handlers that do nothing else but forward them to the
 child (no locks, no logging); the main thread wakes through
@@ -37,6 +40,7 @@ from syncengine.runner import Runner
 log = logging.getLogger("syncengine")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+FINAL_INCOMPLETE = 75  # COMMAND exited 0, the final checkpoint did not complete
 
 
 class Supervisor:
@@ -52,6 +56,7 @@ class Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
         self.status: int | None = None  # the child's exit code (negative: signal)
         self.signals: list[int] = []
+        self.final_ok: bool | None = None  # the last checkpoint after COMMAND stopped
         self._reported = 0
         self._wake_r = self._wake_w = -1
 
@@ -175,14 +180,22 @@ class Supervisor:
         else:
             self._final()
         assert self.status is not None
-        return 128 - self.status if self.status < 0 else self.status
+        code = 128 - self.status if self.status < 0 else self.status
+        if code == 0 and self.final_ok is False:
+            log.error("run.exit status=%d: COMMAND exited 0 but the final checkpoint was "
+                      "incomplete (see the errors above; `syncengine status` shows them)",
+                      FINAL_INCOMPLETE)
+            return FINAL_INCOMPLETE
+        return code
 
     def _final(self) -> None:
         try:
             report = self.runner.stop()
         except Exception as exc:
             log.error("run.final-checkpoint-failed error=%s", exc)
+            self.final_ok = False
             return
+        self.final_ok = report is None or report.ok
         if report is not None and not report.ok:
             log.error("run.final-checkpoint-incomplete files=%d errors=%d", report.files,
                       len(report.errors))
@@ -192,7 +205,9 @@ class Supervisor:
             report = self.runner.checkpoint_now()
         except Exception as exc:
             log.error("run.checkpoint-failed kind=%s error=%s", kind, exc)
+            self.final_ok = False
             return
+        self.final_ok = report.ok
         log.info("run.checkpoint kind=%s files=%d ok=%s", kind, report.files, report.ok)
 
 

@@ -7,7 +7,8 @@ for a SQLite snapshot, the snapshot); a deterministic sample (seeded by the
 manifest's sequence number, so a rerun checks the same paths and
 ``sample=100`` checks all) is read back and hashed (a chain is rebuilt and
 hashed as restore would); every SQLite snapshot is copied to a local temp
-file and passes ``PRAGMA quick_check`` (SQLite is never opened on the mount);
+file and checked as checkpoint and restore check it (`sqlite_check`: corrupt
+is a problem, "could not check" a note; SQLite is never opened on the mount);
 files on the durable side that no entry names are listed, and fail the run
 only when `strict`.  A copy that differs from its entry is judged by the rule
 restore uses (`recorded.judge`): a newer complete version left by an
@@ -43,6 +44,7 @@ from syncengine.errors import DurableError, SourceError
 from syncengine.index import Index
 from syncengine.manifest import Entry
 from syncengine.safepath import DirCache, UnsafePath
+from syncengine.sqlite_check import UNCHECKED, CheckFailed
 from syncengine.status import index_path
 from syncengine.store import MANIFEST_DIR, Store
 
@@ -313,14 +315,20 @@ class _Checker:
         return self._judged(entry, entry.location, n, st, h), n
 
     def _sqlite(self, durable: DirCache, entry: Entry) -> tuple[list[str], int | None]:
+        """The same check as checkpoint and restore: ``unchecked`` is a note, not a problem."""
         where = f"snapshot {entry.location}"
         st = self.store.stat(entry.location)
         problem = _size_problem(st, -1, where)
         if problem or st is None:
             return [problem or ""], None
-        n, h, problem = sqlite.check_durable_copy(durable, entry.location,
-                                                  self.state_dir / "verify")
-        out = [f"{where}: {problem}"] if problem else []
+        try:
+            n, h, verdict = sqlite.check_durable_copy(durable, entry.location,
+                                                      self.state_dir / "verify")
+        except CheckFailed as exc:
+            return [f"{where}: could not be checked: {exc}"], None
+        out = [f"{where}: fails quick_check ({verdict.detail})"] if verdict.corrupt else []
+        if verdict.state == UNCHECKED:
+            self.notes.append(verdict.message(where))
         return out + self._judged(entry, where, n, st, h), n
 
 

@@ -60,3 +60,65 @@ def start_appender(path: Path, first_lines: int) -> tuple[subprocess.Popen[str],
     line = proc.stdout.readline()
     assert line, "appender died before writing"
     return proc, int(line)
+
+
+class Child:
+    """A Python script in another process that says `ready` on stdout when it is set up.
+
+    `say` writes a line to its stdin and returns its next line of output;
+    `stop` writes `line` (if it still runs), closes the pipes and waits.
+    """
+
+    def __init__(self, script: str, *args: str, ready: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", script, *args],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        first = self.readline()
+        assert first == ready, f"child said {first!r}, not {ready!r}"
+
+    def readline(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().strip()
+
+    def say(self, line: str) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self.readline()
+
+    def stop(self, line: str = "stop") -> str:
+        """Tell it to stop; return what it said last ("" if nothing)."""
+        last = ""
+        if self.proc.poll() is None:
+            last = self.say(line)
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                f.close()
+        self.proc.wait(timeout=30)
+        return last
+
+
+def query_closed_db(path: Path, sql: str) -> list[tuple[object, ...]]:
+    """Rows of `sql` on a database no process has open (nothing is created beside it)."""
+    import apsw
+
+    con = apsw.Connection(f"file:{path}?mode=ro&immutable=1",
+                          flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    try:
+        con.execute("PRAGMA writable_schema=ON")  # a schema this SQLite cannot parse, too
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def query_snapshot(obj: Path, scratch: Path, sql: str) -> list[tuple[object, ...]]:
+    """`sql` on a private local copy of a published snapshot (never opened in place),
+    after it passes the engine's check."""
+    from syncengine import sqlite_check
+
+    copy = scratch / f"snapshot-{os.getpid()}.db"
+    copy.write_bytes(obj.read_bytes())
+    try:
+        assert sqlite_check.check(str(copy)).ok
+        return query_closed_db(copy, sql)
+    finally:
+        copy.unlink()

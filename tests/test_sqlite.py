@@ -378,11 +378,14 @@ def test_status_shows_databases_and_library_version(
     make_db(tree.local / "app" / "app.db", 1)
     cli("--config", cfg, "checkpoint", "app", check=0)
     out = cli("--config", cfg, "status", check=0).stdout
-    assert f"SQLite library: {sqlite3.sqlite_version}" in out
+    import apsw
+    assert f"SQLite library: {apsw.sqlite_lib_version()} (apsw {apsw.apsw_version()}" in out
+    assert "WAL-reset" not in out  # the bundled SQLite is newer than 3.51.2
     assert "database app.db: last snapshot" in out
     import json
     data = json.loads(cli("--config", cfg, "status", "--json", check=0).stdout)
-    assert data["sqlite"]["version"] == sqlite3.sqlite_version
+    assert data["sqlite"]["version"] == apsw.sqlite_lib_version()
+    assert data["sqlite"]["wal_reset_bug"] is False and data["sqlite"]["warning"] is None
     app = next(a for a in data["adapters"] if a["name"] == "app")
     assert app["databases"][0]["path"] == "app.db"
     assert app["databases"][0]["size"] > 0

@@ -195,6 +195,44 @@ def test_incomplete_restore_refuses_to_start_the_child(tree: Tree) -> None:
     assert "not starting" in text
 
 
+def test_final_checkpoint_incomplete_exits_75_when_the_child_succeeded(tree: Tree) -> None:
+    """An operator sees an incomplete final checkpoint in the exit status, not only in logs."""
+    from tests.test_notices import lock
+    from tests.test_sqlite import make_db
+
+    db = tree.local / "x" / "cache.db"  # unlisted: found by its header, snapshotted
+    make_db(db, 2, mode="delete")
+    cfg = tree.base / "cfg.toml"
+    cfg.write_text("sqlite_busy_timeout = 0.2\n" + CONFIG)
+
+    def run(code: int) -> tuple[int, str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "syncengine", "--config", str(cfg), "run", "--interval", "30",
+             "--", sys.executable, "-c", f"raise SystemExit({code})"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=tree.env(), cwd=tree.base)
+        rc, err = finish(proc)
+        return rc, "\n".join(err)
+
+    locker = lock(str(db))  # held across the final checkpoint: it cannot complete
+    try:
+        rc, err = run(0)
+        assert rc == 75, err
+        assert "cache.db" in err and "locked" in err and "run.exit status=75" in err
+        daemon = json.loads((tree.state / "daemon.json").read_text())
+        assert daemon["final_ok"] is False
+        status = subprocess.run([sys.executable, "-m", "syncengine", "--config", str(cfg),
+                                 "status"], capture_output=True, text=True, env=tree.env(),
+                                cwd=tree.base, timeout=60)
+        assert "FINAL CHECKPOINT INCOMPLETE" in status.stdout, status.stdout
+        rc, err = run(3)  # a failing child's own status wins
+        assert rc == 3, err
+    finally:
+        locker.stop("go")
+    rc, err = run(0)
+    assert rc == 0, err
+    assert json.loads((tree.state / "daemon.json").read_text())["final_ok"] is True
+
+
 # Appends numbered lines; after each write has returned, says so on stdout with the time.
 WRITER = """\
 import os, time
