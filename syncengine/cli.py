@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -43,6 +44,73 @@ examples:
 """
 
 
+def _global_options(group: argparse._ActionsContainer, *, after: bool = False) -> None:
+    """The options every command takes, before or after its name.
+
+    After the command (`after`) they default to SUPPRESS, so an option given
+    only before the command is not reset by the subcommand's defaults.
+    """
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if after else value
+
+    group.add_argument("--config", metavar="PATH", default=default(None),
+                       help="TOML config file (default: $SYNCENGINE_CONFIG)")
+    group.add_argument("--local-root", metavar="DIR", default=default(None),
+                       help="live state root (default: $AM_LOCAL); must exist")
+    group.add_argument("--durable-root", metavar="DIR", default=default(None),
+                       help="durable root, usually the bucket mount (default: $DATA_DIR or "
+                            "/data)")
+    group.add_argument("--state-dir", metavar="DIR", default=default(None),
+                       help="local index, lock and status (default: <local-root>/.syncengine)")
+    group.add_argument("--jobs", type=int, metavar="N", default=default(None),
+                       help="parallel file copies, 1 to 256 (default 8)")
+    group.add_argument("-v", "--verbose", action="count", default=default(0),
+                       help="more log lines (-v: progress and passes; -vv: debug)")
+    group.add_argument("-q", "--quiet", action="store_true", default=default(False),
+                       help="only warnings and errors")
+    group.add_argument("--log-json", action="store_true", default=default(False),
+                       help='log JSON lines {"ts","level","event","msg"} on stderr')
+
+
+def _command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(name, **kwargs)
+    _global_options(parser.add_argument_group("global options"), after=True)
+    return parser
+
+
+def _percent(text: str) -> float:
+    """--sample: a share of the files, 0 < PERCENT <= 100."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(f"{text} is not a percentage: 0 < PERCENT <= 100")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """--grace, --stop-timeout: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and 0 <= value <= 86400):
+        raise argparse.ArgumentTypeError(f"{text}: give seconds from 0 to 86400")
+    return value
+
+
+def _positive(text: str) -> int:
+    """--max-entries: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: give at least 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="syncengine",
@@ -50,21 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "(object-storage) mount, and restore it.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"syncengine {__version__}")
-    p.add_argument("--config", metavar="PATH",
-                   help="TOML config file (default: $SYNCENGINE_CONFIG)")
-    p.add_argument("--local-root", metavar="DIR", help="live state root (default: $AM_LOCAL)")
-    p.add_argument("--durable-root", metavar="DIR",
-                   help="durable root, usually the bucket mount (default: $DATA_DIR or /data)")
-    p.add_argument("--state-dir", metavar="DIR",
-                   help="local index, lock and status (default: <local-root>/.syncengine)")
-    p.add_argument("--jobs", type=int, metavar="N", help="parallel file copies (default 8)")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-vv: debug)")
-    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
-    p.add_argument("--log-json", action="store_true",
-                   help='log JSON lines {"ts","level","event","msg"} on stderr')
+    _global_options(p.add_argument_group("global options (also accepted after COMMAND)"))
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    c = sub.add_parser("checkpoint", help="publish what changed since the last checkpoint",
+    c = _command(sub, "checkpoint", help="publish what changed since the last checkpoint",
                        description="Walk the live trees (never the durable side), publish new "
                        "and changed files as closed objects, then record them in a manifest. "
                        "Deletions are not propagated.")
@@ -77,20 +134,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip (exit 0) if another checkpoint or restore is running "
                         "(for timers); by default wait for it")
 
-    r = sub.add_parser("restore", help="fill the live trees from the durable checkpoint",
+    r = _command(sub, "restore", help="fill the live trees from the durable checkpoint",
                        description="Copy files that are missing locally or older than the "
                        "durable copy; never overwrite a newer local file; never write outside "
                        "the live root.")
     r.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
     r.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
 
-    s = sub.add_parser("status", help="effective configuration and per-adapter state",
+    s = _command(sub, "status", help="effective configuration and per-adapter state",
                        description="Show each configuration value and where it came from, and "
                        "per adapter the last checkpoint, files and bytes published, and errors. "
                        "Reads local state only.")
     s.add_argument("--json", action="store_true", help="machine-readable output")
 
-    e = sub.add_parser("export", help="write the durable copy of one file (a transcript "
+    e = _command(sub, "export", help="write the durable copy of one file (a transcript "
                        "rebuilt from its segments)",
                        description="Rebuild PATH from the durable side (base + segments, "
                        "verified) and write it to stdout or -o FILE. PATH is absolute under an "
@@ -99,22 +156,22 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--adapter", metavar="NAME", help="the adapter PATH belongs to")
     e.add_argument("-o", "--output", metavar="FILE", help="write here (atomically), not stdout")
 
-    v = sub.add_parser("verify", help="check the durable side against the manifest",
+    v = _command(sub, "verify", help="check the durable side against the manifest",
                        description="Every manifest entry exists with its recorded size; a "
                        "sample is read back and hashed; SQLite snapshots pass quick_check "
                        "(on a local copy); files no entry names are listed. Resumes where an "
                        "interrupted run stopped (progress in <state_dir>/verify/).")
     v.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
-    v.add_argument("--sample", type=float, default=10.0, metavar="PERCENT",
+    v.add_argument("--sample", type=_percent, default=10.0, metavar="PERCENT",
                    help="read back and hash this share of the files (default 10; 100 = all)")
     v.add_argument("--strict", action="store_true",
                    help="unlisted durable files fail the run too")
     v.add_argument("--restart", action="store_true", help="ignore saved progress")
-    v.add_argument("--max-entries", type=int, metavar="N",
+    v.add_argument("--max-entries", type=_positive, metavar="N",
                    help="check at most N entries per adapter, then save progress and stop")
     v.add_argument("--json", action="store_true", help="machine-readable output")
 
-    g = sub.add_parser("gc", help="delete tombstoned files and superseded objects (dry run "
+    g = _command(sub, "gc", help="delete tombstoned files and superseded objects (dry run "
                        "unless --apply)",
                        description="A file deleted locally is deleted from the durable side "
                        "only after [gc] absent_passes checkpoints and grace_seconds, and only "
@@ -124,31 +181,31 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
     g.add_argument("--apply", action="store_true", help="really delete (default: dry run)")
 
-    m = sub.add_parser("migrate", help="move a deployment from the old rsync layout",
+    m = _command(sub, "migrate", help="move a deployment from the old rsync layout",
                        description="Run each adapter's [[migrate]] steps: unlink the old "
                        "symlink, copy legacy directories into the checkpoints (keeping or "
                        "renaming them), quarantine cache databases, copy open files. Nothing "
                        "is deleted; a second run changes nothing.")
     m.add_argument("--dry-run", action="store_true", help="print the plan, touch nothing")
 
-    j = sub.add_parser("journal", help="the input journal: one durable object per prompt",
+    j = _command(sub, "journal", help="the input journal: one durable object per prompt",
                        description="record: read one prompt (any bytes) from stdin and return "
                        "once it is a closed object on the durable side. list / export: the "
                        "session's prompts in order.")
     j.add_argument("action", choices=("record", "list", "export"))
     j.add_argument("--session", required=True, metavar="ID", help="session id (any text)")
 
-    u = sub.add_parser("run", help="restore, run COMMAND, checkpoint until it exits",
+    u = _command(sub, "run", help="restore, run COMMAND, checkpoint until it exits",
                        description="Container entrypoint: restore (COMMAND is not started if "
                        "the restore is incomplete), start COMMAND, checkpoint every interval "
                        "(inotify hints when available), forward SIGTERM/SIGINT/SIGHUP, take a "
                        "final checkpoint, exit with COMMAND's status.")
     u.add_argument("--interval", type=float, metavar="S",
-                   help="seconds between checkpoints (default: interval, 15)")
-    u.add_argument("--grace", type=float, default=1.0, metavar="S",
+                   help="seconds between checkpoints, 0.1 to 86400 (default: interval, 15)")
+    u.add_argument("--grace", type=_seconds, default=1.0, metavar="S",
                    help="after a signal, wait this long for COMMAND before the final "
                         "checkpoint (default 1)")
-    u.add_argument("--stop-timeout", type=float, default=10.0, metavar="S",
+    u.add_argument("--stop-timeout", type=_seconds, default=10.0, metavar="S",
                    help="SIGKILL COMMAND this long after the signal (default 10)")
     u.add_argument("--no-watch", action="store_true",
                    help="walk the trees every pass instead of using inotify hints")
@@ -182,24 +239,27 @@ def _print_report(report: Report, quiet: bool) -> None:
     if report.skipped_busy:
         print("checkpoint skipped: another checkpoint or restore is running")
         return
+    stopped: dict[str, list[str]] = {}  # one message, every adapter it stopped
     for a in report.adapters:
-        if report.dry_run:
+        if a.fatal:
+            stopped.setdefault(a.fatal, []).append(a.name)
+        elif report.dry_run:
             print(f"{a.name}: {len(a.plan)} action(s)")
             for line in a.plan:
                 print(f"  {line}")
-            continue
-        if not quiet:
+        elif not quiet:
             verb = "published" if report.operation == "checkpoint" else "restored"
             extra = f", {a.kept_local} newer local kept" if report.operation == "restore" else ""
             print(f"{a.name}: {verb} {a.files} file(s), {a.bytes} bytes, "
                   f"{a.unchanged} unchanged{extra}")
-        if a.fatal:
-            print(f"syncengine: {report.operation} {a.name} stopped: {a.fatal}", file=sys.stderr)
         for e in a.errors:
             print(f"syncengine: {e}", file=sys.stderr)
+    for message, names in stopped.items():
+        print(f"syncengine: {report.operation} stopped ({', '.join(names)}): {message}",
+              file=sys.stderr)
     if not report.ok:
         print(f"syncengine: {report.operation} incomplete: {len(report.errors)} path error(s), "
-              f"{sum(1 for a in report.adapters if a.fatal)} adapter(s) stopped", file=sys.stderr)
+              f"{sum(len(n) for n in stopped.values())} adapter(s) stopped", file=sys.stderr)
 
 
 def _fmt_time(ns: Any) -> str:
@@ -300,7 +360,7 @@ def _run(engine: Engine, args: argparse.Namespace) -> int:
         print("syncengine run: missing COMMAND (syncengine run -- COMMAND [ARGS...])",
               file=sys.stderr)
         return 2
-    runner = Runner(engine, interval=args.interval, watch=not args.no_watch)
+    runner = Runner(engine, watch=not args.no_watch)  # interval: config, or --interval
     return Supervisor(runner, cmd, grace=args.grace, stop_timeout=args.stop_timeout).run()
 
 
@@ -308,7 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose, args.quiet, args.log_json)
     overrides = {"local_root": args.local_root, "durable_root": args.durable_root,
-                 "state_dir": args.state_dir, "jobs": args.jobs}
+                 "state_dir": args.state_dir, "jobs": args.jobs,
+                 "interval": getattr(args, "interval", None)}  # run --interval
     try:
         engine = Engine.from_file(args.config, overrides=overrides)
         if args.command == "status":
@@ -347,6 +408,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SyncEngineError as exc:
         print(f"syncengine: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a bug (an error no layer translated): still one line, no traceback
+        print(f"syncengine: {args.command}: {exc}", file=sys.stderr)
+        return 1
     _print_report(report, args.quiet)
     return report.exit_code
 
