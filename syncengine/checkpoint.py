@@ -31,7 +31,7 @@ from syncengine.copier import (
     link_hash,
     upload,
 )
-from syncengine.errors import DurableError, NameTaken, SourceError
+from syncengine.errors import DurableError, NameTaken, SourceError, local_error
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
 from syncengine.patterns import Matcher
@@ -155,12 +155,12 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
         segments.mark_recorded(state.index, recorded)
         failed = {e.path for e in errors}
         _record_companions(state, [c for c, base in companions if base not in failed], recent)
-        if uploads:
-            _finish_staging(state)
     else:  # keep verified-equal results; published ones are taken again next pass
         _apply(state.index, [d for d in done if d.copied and not d.copied.published], started_ns)
-    if state.index.changed:
-        state.index.save(state.index_path)
+    if state.index.changed:  # LocalError when the state dir is full: the marker stays, so
+        state.index.save(state.index_path)  # the next pass trusts no hash it did not record
+    if fatal is None and uploads:
+        _finish_staging(state)
     copied = [d.copied for d in published if d.copied is not None]
     return AdapterReport(
         name=state.name, files=len(copied) if fatal is None else 0,
@@ -435,8 +435,11 @@ def _prepare_staging(state: AdapterState) -> None:
         if removed:
             log.info("checkpoint.swept-staging adapter=%s files=%d", state.name, removed)
     else:
-        state.staging_marker.parent.mkdir(parents=True, exist_ok=True)
-        state.staging_marker.touch()
+        try:
+            state.staging_marker.parent.mkdir(parents=True, exist_ok=True)
+            state.staging_marker.touch()
+        except OSError as exc:
+            raise local_error("create the staging marker", state.staging_marker, exc) from exc
 
 
 def _finish_staging(state: AdapterState) -> None:

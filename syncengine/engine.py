@@ -20,7 +20,15 @@ import attrs
 
 from syncengine import probe, status
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
-from syncengine.errors import ConfigError, DurableError, LockBusy, NameTaken
+from syncengine.errors import (
+    ConfigError,
+    DurableError,
+    LockBusy,
+    NameTaken,
+    SyncEngineError,
+    durable_error,
+    local_error,
+)
 from syncengine.index import DIRTY, SIG, Index, file_signature
 from syncengine.lock import StateLock
 from syncengine.patterns import Matcher, compile_patterns, database_patterns
@@ -153,6 +161,7 @@ class Engine:
         started = self.clock()
         t0 = time.monotonic()
         specs = self.config.select(adapters)
+        self.check_local_root()
         lock = StateLock(self.config.state_dir, wait=wait or lock_timeout is not None,
                          timeout=lock_timeout)
         try:
@@ -162,6 +171,8 @@ class Engine:
             return Report("checkpoint", started, 0.0, (), skipped_busy=True)
         try:
             reports = self._checkpoint_locked(specs, started, dry_run, final, hints or {})
+        except OSError as exc:  # not translated where it happened: still one clear line
+            raise self._os_error("checkpoint", exc) from exc
         finally:
             lock.release()
         report = Report("checkpoint", started, time.monotonic() - t0, tuple(reports),
@@ -259,7 +270,12 @@ class Engine:
                     [self.config.adapter(state.name)], started, dry_run, final, {},
                     rebuilt=True))
                 continue
-            tablewalk.keep_table(state.index_path, job, state.index, result, scanned)
+            try:
+                tablewalk.keep_table(state.index_path, job, state.index, result, scanned)
+            except OSError as exc:  # a cache: the next walk lists every directory instead
+                log.warning("checkpoint.table-unsaved adapter=%s error=%s", state.name,
+                            local_error("save directory table", exc.filename or
+                                        state.index_path.parent, exc))
             self._recheck[state.name] = _unsettled(state.index, result.changed)
             scan_errors = tuple(
                 PathError(state.name, p, "scan", r) for p, r in result.errors)
@@ -273,10 +289,16 @@ class Engine:
         started = self.clock()
         t0 = time.monotonic()
         specs = self.config.select(adapters)
-        reports = []
         with StateLock(self.config.state_dir, wait=True):
-            for spec in specs:
-                reports.append(self._restore_one(spec, dry_run))
+            try:
+                self._check_durable_root()  # once: a missing root stops every adapter alike
+            except DurableError as exc:
+                reports = [AdapterReport(spec.name, fatal=str(exc)) for spec in specs]
+            else:
+                try:
+                    reports = [self._restore_one(spec, dry_run) for spec in specs]
+                except OSError as exc:
+                    raise self._os_error("restore", exc) from exc
         report = Report("restore", started, time.monotonic() - t0, tuple(reports),
                         dry_run=dry_run)
         if not dry_run:
@@ -288,7 +310,6 @@ class Engine:
 
         t0 = time.monotonic()
         try:
-            self._check_durable_root()
             state = self._state(spec)
             self._unseeded.discard(spec.name)  # restore reads the manifest itself
             if not state.store.exists():
@@ -311,6 +332,25 @@ class Engine:
         lost = tuple(PathError(spec.name, str(spec.durable / ".syncengine/manifest"), "read",
                                p) for p in problems)
         return _with(rep, errors=rep.errors + lost, duration_s=time.monotonic() - t0)
+
+    def check_local_root(self) -> None:
+        """Refuse a local_root that does not exist (checkpoint, gc): nothing is created under
+        a typo.  Only restore (a fresh container) and migrate create it."""
+        root = self.config.local_root
+        if not root.is_dir():
+            where = self.config.sources.get("local_root", "")
+            raise ConfigError(
+                f"local_root {root} ({where}) does not exist or is not a directory: create it, "
+                "or fix AM_LOCAL / local_root / --local-root (syncengine never creates it, so "
+                "a typo cannot look like a fresh start)")
+
+    def _os_error(self, operation: str, exc: OSError) -> SyncEngineError:
+        """An OSError no lower layer translated, as the error of the side it happened on."""
+        path = os.fspath(exc.filename) if exc.filename else os.fspath(self.config.state_dir)
+        durable = os.fspath(self.config.durable_root)
+        if path == durable or path.startswith(durable.rstrip("/") + "/"):
+            return durable_error(operation, path, exc)
+        return local_error(operation, path, exc)
 
     def _check_durable_root(self) -> None:
         probe.check_root(self.config.durable_root, require_mount=self.config.require_mount,
@@ -388,6 +428,7 @@ class Engine:
         from syncengine import gc as gc_
 
         """Plan (and with `apply`, carry out) garbage collection (see `syncengine.gc`)."""
+        self.check_local_root()
         self._check_durable_root()
         return gc_.run(self, self.config.select(adapters), apply=apply)
 
@@ -414,10 +455,18 @@ class Engine:
 
     # -- status ----------------------------------------------------------
     def _write_status(self, report: Report) -> None:
-        status.write_checkpoint(self.config.state_dir, report)
+        try:
+            status.write_checkpoint(self.config.state_dir, report)
+        except OSError as exc:
+            raise local_error("write status", exc.filename or self.config.state_dir / "status",
+                              exc) from exc
 
     def _write_restore_status(self, report: Report) -> None:
-        status.write_restore(self.config.state_dir, report, self.clock())
+        try:
+            status.write_restore(self.config.state_dir, report, self.clock())
+        except OSError as exc:
+            raise local_error("write restore status",
+                              exc.filename or self.config.state_dir / "restore.json", exc) from exc
 
     def status(self) -> dict[str, Any]:
         """Effective configuration with sources, and per-adapter state (local files only)."""
