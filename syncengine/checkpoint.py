@@ -22,6 +22,7 @@ import attrs
 
 from syncengine import manifest, segments, sqlite
 from syncengine.copier import (
+    Changed,
     Copied,
     NotRegular,
     Published,
@@ -89,7 +90,7 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     """
     done: list[_Done] = []
     errors: list[PathError] = []
-    counts = {"unchanged": 0, "skipped": 0}
+    counts = {"unchanged": 0, "skipped": 0, "changed": 0}
     fatal: str | None = None
     uploads = [a for a in actions if isinstance(a, (Upload, Snapshot))]
     # A run that was killed (or stopped by the durable side) may have renamed new versions
@@ -165,7 +166,7 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     return AdapterReport(
         name=state.name, files=len(copied) if fatal is None else 0,
         bytes=sum(_written(c) for c in copied) if fatal is None else 0,
-        unchanged=counts["unchanged"], skipped=counts["skipped"],
+        unchanged=counts["unchanged"], skipped=counts["skipped"], changed=counts["changed"],
         links=sum(1 for d in published if d.copied is None) if fatal is None else 0,
         manifest=name, errors=tuple(errors), fatal=fatal,
     )
@@ -219,10 +220,11 @@ def _execute_uploads(state: AdapterState, uploads: list[Upload | Snapshot], jobs
                                         state.index, final=final, compact=action.compact)
             return upload(state.store, os.fspath(state.live), action.path,
                           known_hash=rec.hash64 if known and rec else None,
-                          known_size=rec.size if known and rec else None, sniff_sqlite=sniff)
+                          known_size=rec.size if known and rec else None, sniff_sqlite=sniff,
+                          recent_ns=recent)
         except SQLiteFile:
             return _snapshot(state, action.path, False, recent)
-        except (SourceError, Vanished, NotRegular, segments.Waiting) as exc:
+        except (SourceError, Vanished, NotRegular, Changed, segments.Waiting) as exc:
             return exc
 
     return in_order(uploads, one, jobs=jobs, name="syncengine-copy")
@@ -247,6 +249,10 @@ def _collect(state: AdapterState, action: Upload | Snapshot, result: _Result,
     elif isinstance(result, Vanished):
         counts["skipped"] += 1
         log.info("copy.vanished adapter=%s path=%s", state.name, action.path)
+    elif isinstance(result, Changed):
+        counts["changed"] += 1
+        log.info("copy.changed adapter=%s path=%s: %s; the previous durable copy is kept and "
+                 "the file is taken again next pass", state.name, action.path, result.why)
     elif isinstance(result, segments.Waiting):
         counts["unchanged"] += 1
         log.debug("segments.waiting adapter=%s path=%s (%s)", state.name, action.path, result)

@@ -250,6 +250,8 @@ def _print_report(report: Report, quiet: bool) -> None:
         elif not quiet:
             verb = "published" if report.operation == "checkpoint" else "restored"
             extra = f", {a.kept_local} newer local kept" if report.operation == "restore" else ""
+            if a.changed:
+                extra += f", {a.changed} changed while copied (taken again next pass)"
             print(f"{a.name}: {verb} {a.files} file(s), {a.bytes} bytes, "
                   f"{a.unchanged} unchanged{extra}")
         for e in a.errors:
