@@ -37,9 +37,13 @@ from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
 from syncengine.patterns import Matcher
 from syncengine.plan import (
+    PUBLISHING,
+    AppendSegments,
     CheckpointAction,
+    Compact,
     MarkAbsent,
     RecordLink,
+    SkipCompanion,
     SkipSpecial,
     Snapshot,
     Upload,
@@ -48,6 +52,7 @@ from syncengine.report import AdapterReport, PathError
 from syncengine.store import Store
 
 log = logging.getLogger("syncengine")
+Publishing = Upload | AppendSegments | Compact | Snapshot
 
 # A file whose mtime is this close to the scan start may still change within
 # the same timestamp tick: publish it but look again next pass (borg files cache).
@@ -67,6 +72,19 @@ class AdapterState:
     segments: Matcher | None = None  # append-only logs (segments.py), if any
     sqlite: sqlite.Options | None = None
     sqlite_patterns: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class LiveContent:
+    """The planner's `plan.Sniffer` over a live tree: one small read per question."""
+
+    live: Path
+
+    def is_database(self, path: str) -> bool:
+        return sqlite.has_header(f"{self.live}/{path}")
+
+    def database_of(self, path: str) -> str | None:
+        return sqlite.companion_base(self.live, path)
 
 
 @attrs.frozen
@@ -92,7 +110,7 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     errors: list[PathError] = []
     counts = {"unchanged": 0, "skipped": 0, "changed": 0}
     fatal: str | None = None
-    uploads = [a for a in actions if isinstance(a, (Upload, Snapshot))]
+    uploads = [a for a in actions if isinstance(a, PUBLISHING)]
     # A run that was killed (or stopped by the durable side) may have renamed new versions
     # into place without recording them: the index's hashes are then not what the durable
     # paths hold, so this run copies every changed file instead of trusting them.
@@ -102,21 +120,10 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
         if state.sqlite is not None:
             sqlite.sweep_staging(state.sqlite)
     recent = started_ns - GRANULARITY_NS
-    companions: list[tuple[str, str]] = []
     results = _execute_uploads(state, uploads, jobs, recent, final, trust_hashes)
     try:
-        bases: dict[str, Upload | Snapshot] = {}
         for action, result in results:
-            if isinstance(result, _Companion):
-                bases.setdefault(result.base, action)
-                companions.append((action.path, result.base))
-                continue
             _collect(state, action, result, done, errors, counts)
-        snapped = {d.path for d in done if d.other is not None} | {e.path for e in errors}
-        for base, action in sorted(bases.items()):  # a WAL changed: snapshot its database
-            if base not in snapped:
-                result = _snapshot(state, base, False, recent)
-                _collect(state, action, result, done, errors, counts, path=base)
     except DurableError as exc:
         fatal = str(exc)
         log.error("checkpoint.durable-failed adapter=%s error=%s", state.name, exc)
@@ -155,7 +162,8 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
         _apply(state.index, done, started_ns)
         segments.mark_recorded(state.index, recorded)
         failed = {e.path for e in errors}
-        _record_companions(state, [c for c, base in companions if base not in failed], recent)
+        _record_companions(state, [a.path for a in actions if isinstance(a, SkipCompanion)
+                                   and a.database not in failed], recent)
     else:  # keep verified-equal results; published ones are taken again next pass
         _apply(state.index, [d for d in done if d.copied and not d.copied.published], started_ns)
     if state.index.changed:  # LocalError when the state dir is full: the marker stays, so
@@ -176,14 +184,7 @@ def _written(c: Copied) -> int:
     return c.written if isinstance(c, segments.Logged) else c.size
 
 
-@attrs.frozen
-class _Companion:
-    """A changed -wal/-shm/-journal of an unlisted database: never copied raw."""
-
-    base: str
-
-
-_Result = Copied | Published | _Companion | Exception
+_Result = Copied | Published | Exception
 
 
 def _snapshot(state: AdapterState, path: str, listed: bool, recent: int) -> _Result:
@@ -199,30 +200,29 @@ def _snapshot(state: AdapterState, path: str, listed: bool, recent: int) -> _Res
         return exc
 
 
-def _execute_uploads(state: AdapterState, uploads: list[Upload | Snapshot], jobs: int,
+def _execute_uploads(state: AdapterState, uploads: list[Publishing], jobs: int,
                      recent: int, final: bool, trust_hashes: bool
-                     ) -> Generator[tuple[Upload | Snapshot, _Result], None, None]:
+                     ) -> Generator[tuple[Publishing, _Result], None, None]:
+    """Each planned copy carried out (in parallel up to `jobs`), results in plan order."""
     sniff = state.sqlite is not None
-    logs = state.segments
 
-    def one(action: Upload | Snapshot) -> _Result:
+    def one(action: Publishing) -> _Result:
         if isinstance(action, Snapshot):
             return _snapshot(state, action.path, action.listed, recent)
-        if sniff:
-            base = sqlite.companion_base(state.live, action.path)
-            if base is not None:
-                return _Companion(base)
-        rec = state.index.get(action.path)
-        known = trust_hashes and rec is not None and rec.kind == "file"
         try:
-            if logs and logs.excluded(action.path, False):
+            if isinstance(action, AppendSegments | Compact):
                 return segments.publish(state.store, os.fspath(state.live), action.path,
-                                        state.index, final=final, compact=action.compact)
+                                        state.index, final=final,
+                                        compact=isinstance(action, Compact))
+            rec = state.index.get(action.path)
+            known = trust_hashes and rec is not None and rec.kind == "file"
             return upload(state.store, os.fspath(state.live), action.path,
                           known_hash=rec.hash64 if known and rec else None,
                           known_size=rec.size if known and rec else None, sniff_sqlite=sniff,
                           recent_ns=recent)
-        except SQLiteFile:
+        except SQLiteFile:  # it became a database since it was planned: never copy it raw
+            log.info("checkpoint.plan-changed adapter=%s path=%s: now a SQLite database",
+                     state.name, action.path)
             return _snapshot(state, action.path, False, recent)
         except (SourceError, Vanished, NotRegular, Changed, segments.Waiting) as exc:
             return exc
@@ -230,15 +230,12 @@ def _execute_uploads(state: AdapterState, uploads: list[Upload | Snapshot], jobs
     return in_order(uploads, one, jobs=jobs, name="syncengine-copy")
 
 
-def _collect(state: AdapterState, action: Upload | Snapshot, result: _Result,
-             done: list[_Done], errors: list[PathError], counts: dict[str, int],
-             path: str | None = None) -> None:
+def _collect(state: AdapterState, action: Publishing, result: _Result,
+             done: list[_Done], errors: list[PathError], counts: dict[str, int]) -> None:
     if isinstance(result, Published):
         done.append(_Done(result.entry.path, copied=result.copied, other=result))
         if not result.copied.published:
             counts["unchanged"] += 1
-    elif isinstance(result, _Companion):
-        pass
     elif isinstance(result, Copied):
         done.append(_Done(action.path, copied=result))
         if not result.published:
@@ -260,9 +257,8 @@ def _collect(state: AdapterState, action: Upload | Snapshot, result: _Result,
         counts["skipped"] += 1
         log.info("copy.not-regular adapter=%s path=%s", state.name, action.path)
     elif isinstance(result, SourceError):
-        where = path or action.path
-        errors.append(PathError(state.name, where, result.operation, result.reason))
-        log.warning("copy.failed adapter=%s path=%s error=%s", state.name, where,
+        errors.append(PathError(state.name, action.path, result.operation, result.reason))
+        log.warning("copy.failed adapter=%s path=%s error=%s", state.name, action.path,
                     result.reason)
 
 

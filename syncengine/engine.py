@@ -199,7 +199,7 @@ class Engine:
         from syncengine import checkpoint, segments, sqlite, tablewalk
         from syncengine import missing as missing_mod
         from syncengine import seed as seeding
-        from syncengine.plan import RecordLink, Snapshot, Upload, plan_checkpoint
+        from syncengine.plan import PUBLISHING, RecordLink, plan_checkpoint
         from syncengine.scan import scan, scan_paths
 
         states = []
@@ -232,13 +232,15 @@ class Engine:
             else:
                 missing = missing_mod.missing_among(state, result.gone)
             idle = segments.idle_chains(state.index, started) if state.segments else frozenset()
-            actions = plan_checkpoint(result, state.index, missing, idle) + tuple(
+            sniff = checkpoint.LiveContent(state.live) if state.sqlite is not None else None
+            actions = plan_checkpoint(result, state.index, missing, idle, logs=state.segments,
+                                      sniff=sniff) + tuple(
                 sqlite.plan_databases(state.live, state.sqlite_patterns, state.index))
             if dry_run:
                 reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
                 continue
             # a final pass also records logs whose newest segments no manifest lists yet
-            may_write = any(isinstance(a, (Upload, Snapshot, RecordLink)) for a in actions) or (
+            may_write = any(isinstance(a, (*PUBLISHING, RecordLink)) for a in actions) or (
                 final and segments.unrecorded(state.index))
             if may_write and state.name in self._unseeded:
                 try:  # only now: an idle pass never reads the durable side
