@@ -48,6 +48,7 @@ from syncengine.plan import (
     Snapshot,
     Upload,
 )
+from syncengine.progress import SILENT, Reporter
 from syncengine.report import AdapterReport, PathError
 from syncengine.store import Store
 
@@ -99,7 +100,7 @@ class _Done:
 
 
 def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns: int,
-        jobs: int, final: bool = False) -> AdapterReport:
+        jobs: int, final: bool = False, progress: Reporter = SILENT) -> AdapterReport:
     """Carry out a checkpoint plan for one adapter and return what happened.
 
     Raises NameTaken, after dropping the index file, when the durable manifest
@@ -121,14 +122,18 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
             sqlite.sweep_staging(state.sqlite)
     recent = started_ns - GRANULARITY_NS
     results = _execute_uploads(state, uploads, jobs, recent, final, trust_hashes)
+    meter = progress.start("checkpoint", state.name, len(uploads),
+                           sum(getattr(a, "size", 0) for a in uploads))
     try:
         for action, result in results:
             _collect(state, action, result, done, errors, counts)
+            meter.advance(1, getattr(action, "size", 0))
     except DurableError as exc:
         fatal = str(exc)
         log.error("checkpoint.durable-failed adapter=%s error=%s", state.name, exc)
     finally:
         results.close()  # cancel queued copies, wait for running ones
+        meter.finish()
     for other in actions:
         if isinstance(other, RecordLink):
             _record_link(state, other.path, done, errors, counts)

@@ -15,7 +15,9 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
+
+import attrs
 
 from syncengine import __version__, savefile
 from syncengine.engine import Engine
@@ -264,6 +266,16 @@ def _print_report(report: Report, quiet: bool) -> None:
               f"{sum(len(n) for n in stopped.values())} adapter(s) stopped", file=sys.stderr)
 
 
+def _progress_bar(args: argparse.Namespace, stream: TextIO) -> TextIO | None:
+    """Where a one-shot checkpoint, restore or verify draws its progress bar: stderr when it
+    is a terminal, unless -q, -v (the *.progress log lines say it) or --log-json."""
+    if args.command not in ("checkpoint", "restore", "verify") or getattr(args, "dry_run", False):
+        return None
+    if args.quiet or args.verbose or args.log_json or not stream.isatty():
+        return None
+    return stream
+
+
 def _fmt_time(ns: Any) -> str:
     if not ns:
         return "never"
@@ -374,6 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "interval": getattr(args, "interval", None)}  # run --interval
     try:
         engine = Engine.from_file(args.config, overrides=overrides)
+        bar = _progress_bar(args, sys.stderr)
+        if bar is not None:
+            engine.progress = attrs.evolve(engine.progress, bar=bar)
         if args.command == "status":
             status = engine.status()
             if args.json:

@@ -32,6 +32,7 @@ from syncengine.errors import (
 from syncengine.index import DIRTY, SIG, Index, file_signature
 from syncengine.lock import StateLock
 from syncengine.patterns import Matcher, compile_patterns, database_patterns
+from syncengine.progress import Reporter
 from syncengine.report import AdapterReport, PathError, Report
 from syncengine.store import Store
 
@@ -62,9 +63,10 @@ class Engine:
     """Checkpoint and restore the adapters of one `Config`."""
 
     def __init__(self, config: Config, *, clock: Callable[[], int] = time.time_ns,
-                 scan_workers: int = 2) -> None:
+                 scan_workers: int = 2, progress: Reporter | None = None) -> None:
         self.config = config
         self.clock = clock
+        self.progress = progress or Reporter()  # *.progress lines every 5 s; a bar if given
         self.scan_workers = scan_workers
         self._matchers: dict[str, Matcher] = {
             s.name: compile_patterns(exclusion_patterns(s), where=f"adapter {s.name!r} exclude")
@@ -256,7 +258,8 @@ class Engine:
                     functools.partial(self._prepare_store, state.store))
             try:
                 rep = checkpoint.run(state, actions, started_ns=started,
-                                     jobs=self._copy_jobs(), final=final)
+                                     jobs=self._copy_jobs(), final=final,
+                                     progress=self.progress)
             except NameTaken as exc:
                 if rebuilt:
                     reports.append(AdapterReport(state.name, fatal=str(exc)))
@@ -326,7 +329,7 @@ class Engine:
                 return AdapterReport(spec.name, plan=tuple(map(str, actions)))
             log.info("restore.start adapter=%s entries=%d source=%s", spec.name, len(entries),
                      source)
-            rep = restore.run(state, actions, jobs=self._copy_jobs())
+            rep = restore.run(state, actions, jobs=self._copy_jobs(), progress=self.progress)
         except DurableError as exc:
             return AdapterReport(spec.name, fatal=str(exc))
         # A manifest that lost information cannot prove the tree is whole: a server
@@ -424,7 +427,7 @@ class Engine:
         self._check_durable_root()
         stores = {s.name: Store(s.durable) for s in self.config.select(adapters)}
         return verify_.verify(stores, self.config.state_dir, sample=sample, strict=strict,
-                             restart=restart, limit=limit)
+                              restart=restart, limit=limit, progress=self.progress)
 
     def gc(self, adapters: Sequence[str] | None = None, *, apply: bool = False) -> gc_.GcReport:
         from syncengine import gc as gc_

@@ -35,6 +35,7 @@ from syncengine.plan import (
     keep_reason,
     plan_restore_entry,
 )
+from syncengine.progress import SILENT, Reporter
 from syncengine.report import AdapterReport, PathError
 from syncengine.safepath import DirCache, UnsafePath, check_relpath
 from syncengine.store import Store
@@ -139,7 +140,8 @@ def _parent_is_entry(path: str, paths: set[str]) -> bool:
     return False
 
 
-def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> AdapterReport:
+def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int,
+        progress: Reporter = SILENT) -> AdapterReport:
     """Carry out a restore plan for one adapter."""
     errors: list[PathError] = []
     restored: list[tuple[Entry, os.stat_result, int]] = []
@@ -149,10 +151,13 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
     fetches = [a for a in actions if isinstance(a, (Fetch, MakeLink))]
     databases = [a for a in actions if isinstance(a, RestoreDB)]
     dbs_restored = 0
+    meter = progress.start("restore", state.name, len(fetches),
+                           sum(a.entry.size or 0 for a in fetches))
     try:
         with DirCache(state.live, create=True) as live, state.store.reader() as durable, \
                 closing(_execute(fetches, live, durable, jobs)) as results:
             for action, result in results:
+                meter.advance(1, action.entry.size or 0)
                 if isinstance(result, tuple):
                     restored.append(result)
                 elif isinstance(result, KeepLocal):  # a log: its chain is not newer
@@ -173,6 +178,7 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
                 dbs_restored += not outcome.kept
     except DurableError as exc:
         fatal = str(exc)
+    meter.finish()
     for other in actions:
         if isinstance(other, KeepLocal):
             counts["kept"] += 1

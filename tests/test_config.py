@@ -300,6 +300,7 @@ def _toml(value: object) -> str:
 def test_any_bad_value_exits_2_with_one_line_and_no_traceback(data: st.DataObject) -> None:
     import contextlib
     import io
+    import logging
     import tempfile
 
     from syncengine.cli import main
@@ -313,9 +314,16 @@ def test_any_bad_value_exits_2_with_one_line_and_no_traceback(data: st.DataObjec
         conf.write_text(f"{key} = {_toml(value)}\n")
         err = io.StringIO()
         env = {"AM_LOCAL": str(base / "local"), "DATA_DIR": str(base)}
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
-                mock.patch.dict(os.environ, env):
-            rc = main(["--config", str(conf), "checkpoint"])
+        logger = logging.getLogger("syncengine")
+        saved = (logger.handlers[:], logger.level, logger.propagate)  # main() sets them up
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
+                    mock.patch.dict(os.environ, env):
+                rc = main(["--config", str(conf), "checkpoint"])
+        finally:
+            logger.handlers[:] = saved[0]
+            logger.setLevel(saved[1])
+            logger.propagate = saved[2]
         assert rc == 2, (key, value, err.getvalue())
         assert err.getvalue().count("\n") == 1 and key in err.getvalue(), err.getvalue()
         assert sorted(p.name for p in base.iterdir()) == ["c.toml", "local"]
