@@ -26,8 +26,8 @@ from syncengine.errors import (
     LockBusy,
     NameTaken,
     SyncEngineError,
-    durable_error,
     local_error,
+    side_error,
 )
 from syncengine.index import DIRTY, SIG, Index, file_signature
 from syncengine.lock import StateLock
@@ -350,12 +350,8 @@ class Engine:
                 "a typo cannot look like a fresh start)")
 
     def _os_error(self, operation: str, exc: OSError) -> SyncEngineError:
-        """An OSError no lower layer translated, as the error of the side it happened on."""
-        path = os.fspath(exc.filename) if exc.filename else os.fspath(self.config.state_dir)
-        durable = os.fspath(self.config.durable_root)
-        if path == durable or path.startswith(durable.rstrip("/") + "/"):
-            return durable_error(operation, path, exc)
-        return local_error(operation, path, exc)
+        return side_error(operation, exc, durable_root=self.config.durable_root,
+                          default_path=self.config.state_dir)
 
     def _check_durable_root(self) -> None:
         probe.check_root(self.config.durable_root, require_mount=self.config.require_mount,
@@ -384,39 +380,11 @@ class Engine:
         return self._caps
 
     def export(self, path: str, out: BinaryIO, *, adapter: str | None = None) -> int:
-        """Write the durable copy of one live path (a log rebuilt from its segments) to `out`.
+        """Write the durable copy of one live path (a log rebuilt from its segments) to `out`
+        (see `syncengine.export`); returns the bytes written."""
+        from syncengine import export
 
-        `path` is absolute under an adapter's live tree, or relative to it
-        (then `adapter`, or the only adapter whose manifest lists it).
-        Raises ConfigError when the path is unknown, SourceError when the
-        durable copy is missing or corrupt; returns the bytes written.
-        """
-        from syncengine import chain
-        from syncengine.manifest import load as load_manifest
-
-        specs = self.config.select([adapter] if adapter else None)
-        rel = path
-        if os.path.isabs(path):
-            full = Path(os.path.normpath(path))
-            specs = tuple(s for s in specs if s.live in full.parents)
-            if not specs:
-                raise ConfigError(f"{path} is not inside any adapter's live tree")
-            rel = full.relative_to(specs[0].live).as_posix()
-            specs = specs[:1]
-        found = []
-        for spec in specs:
-            store = Store(spec.durable)
-            entry = load_manifest(store).entries.get(rel) if store.exists() else None
-            if entry is not None:
-                found.append((store, entry, spec.name))
-        if not found:
-            raise ConfigError(f"{rel}: no checkpoint of this path in "
-                              f"{', '.join(s.name for s in specs) or 'any adapter'}")
-        if len(found) > 1:
-            raise ConfigError(f"{rel} is checkpointed by adapters "
-                              f"{', '.join(f[2] for f in found)}: choose one with --adapter")
-        store, entry, _ = found[0]
-        return chain.export(store, entry, out)
+        return export.export(self.config, path, out, adapter=adapter)
 
     def verify(self, adapters: Sequence[str] | None = None, *, sample: float = 10.0,
                strict: bool = False, restart: bool = False, limit: int | None = None

@@ -137,3 +137,14 @@ def publish_error(relpath: str, target: str | os.PathLike[str], exc: OSError
 def source_error(operation: str, path: str, exc: OSError) -> SourceError:
     """Translate an OSError on one local file into a per-path error."""
     return SourceError(path, operation, _describe(exc))
+
+
+def side_error(operation: str, exc: OSError, *, durable_root: str | os.PathLike[str],
+               default_path: str | os.PathLike[str]) -> DurableError | LocalError:
+    """An OSError that no lower layer translated, as the error of the side its path is on
+    (a path under `durable_root`: durable; anything else, or no path: local)."""
+    path = os.fspath(exc.filename) if exc.filename else os.fspath(default_path)
+    root = os.fspath(durable_root)
+    if path == root or path.startswith(root.rstrip("/") + "/"):
+        return durable_error(operation, path, exc)
+    return local_error(operation, path, exc)
