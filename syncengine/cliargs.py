@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import Any
 
 from syncengine import __version__
@@ -72,37 +73,23 @@ def _command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _percent(text: str) -> float:
-    """--sample: a share of the files, 0 < PERCENT <= 100."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 100:
-        raise argparse.ArgumentTypeError(f"{text} is not a percentage: 0 < PERCENT <= 100")
-    return value
+def _checked(rule: str, ok: Callable[[float], bool], *, whole: bool = False
+             ) -> Callable[[str], float]:
+    """An argparse type: a finite number for which `ok` holds, else exit 2 saying `rule`."""
+    def parse(text: str) -> float:
+        try:
+            value = int(text) if whole else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number: {rule}") from None
+        if not (math.isfinite(value) and ok(value)):
+            raise argparse.ArgumentTypeError(f"{text} is out of range: {rule}")
+        return value
+    return parse
 
 
-def _seconds(text: str) -> float:
-    """--grace, --stop-timeout: a finite number of seconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(value) and 0 <= value <= 86400):
-        raise argparse.ArgumentTypeError(f"{text}: give seconds from 0 to 86400")
-    return value
-
-
-def _positive(text: str) -> int:
-    """--max-entries: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: give at least 1")
-    return value
+_percent = _checked("0 < PERCENT <= 100", lambda v: 0 < v <= 100)  # --sample
+_seconds = _checked("seconds from 0 to 86400", lambda v: 0 <= v <= 86400)  # --grace, --stop-timeout
+_positive = _checked("a whole number >= 1", lambda v: v >= 1, whole=True)  # --max-entries
 
 
 def build_parser() -> argparse.ArgumentParser:
