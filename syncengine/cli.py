@@ -195,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = {"local_root": args.local_root, "durable_root": args.durable_root,
                  "state_dir": args.state_dir, "jobs": args.jobs,
                  "interval": getattr(args, "interval", None)}  # run --interval
+    engine = None
     try:
         engine = Engine.from_file(args.config, overrides=overrides)
         bar = _progress_bar(args, sys.stderr)
@@ -236,8 +237,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SyncEngineError as exc:
         print(f"syncengine: {exc}", file=sys.stderr)
         return exc.exit_code
-    except OSError as exc:  # a bug (an error no layer translated): still one line, no traceback
-        print(f"syncengine: {args.command}: {exc}", file=sys.stderr)
+    except OSError as exc:  # no layer translated it: still one line, the path and the fix
+        error = engine.os_error(args.command, exc) if engine is not None else exc
+        print(f"syncengine: {error}", file=sys.stderr)
         return 1
     _print_report(report, args.quiet)
     return report.exit_code

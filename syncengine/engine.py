@@ -174,7 +174,7 @@ class Engine:
         try:
             reports = self._checkpoint_locked(specs, started, dry_run, final, hints or {})
         except OSError as exc:  # not translated where it happened: still one clear line
-            raise self._os_error("checkpoint", exc) from exc
+            raise self.os_error("checkpoint", exc) from exc
         finally:
             lock.release()
         report = Report("checkpoint", started, time.monotonic() - t0, tuple(reports),
@@ -303,7 +303,7 @@ class Engine:
                 try:
                     reports = [self._restore_one(spec, dry_run) for spec in specs]
                 except OSError as exc:
-                    raise self._os_error("restore", exc) from exc
+                    raise self.os_error("restore", exc) from exc
         report = Report("restore", started, time.monotonic() - t0, tuple(reports),
                         dry_run=dry_run)
         if not dry_run:
@@ -349,7 +349,9 @@ class Engine:
                 "or fix AM_LOCAL / local_root / --local-root (syncengine never creates it, so "
                 "a typo cannot look like a fresh start)")
 
-    def _os_error(self, operation: str, exc: OSError) -> SyncEngineError:
+    def os_error(self, operation: str, exc: OSError) -> SyncEngineError:
+        """An OSError no lower layer translated: one clear error naming the path and the fix
+        (durable or local by where the path is; the state dir when it has none)."""
         return side_error(operation, exc, durable_root=self.config.durable_root,
                           default_path=self.config.state_dir)
 

@@ -88,6 +88,13 @@ def test_full_state_dir_is_one_line_and_the_next_run_recovers(
     assert (tree.local / CODEX / "other.json").read_bytes() == b"kept"
     out = cli(*state, "checkpoint", "codex", check=0)
     assert "codex: published 0 file(s)" in out.stdout
+    # verify saves its progress in the state dir too
+    filler = fill(small_fs)
+    out = cli(*state, "verify", "codex", "--max-entries", "1", check=1)
+    one_line_error(out.stderr, str(small_fs / "state"), "No space left on device",
+                   "free space")
+    filler.unlink()
+    cli(*state, "verify", "codex", check=0)
 
 
 @pytest.mark.dir_only("the state dir is local in both kinds; one run is enough")
