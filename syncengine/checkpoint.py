@@ -123,17 +123,19 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     recent = started_ns - GRANULARITY_NS
     results = _execute_uploads(state, uploads, jobs, recent, final, trust_hashes)
     meter = progress.start("checkpoint", state.name, len(uploads),
-                           sum(getattr(a, "size", 0) for a in uploads))
+                           sum(getattr(a, "size", 0) for a in uploads)) if uploads else None
     try:
         for action, result in results:
             _collect(state, action, result, done, errors, counts)
+            assert meter is not None
             meter.advance(1, getattr(action, "size", 0))
     except DurableError as exc:
         fatal = str(exc)
         log.error("checkpoint.durable-failed adapter=%s error=%s", state.name, exc)
     finally:
         results.close()  # cancel queued copies, wait for running ones
-        meter.finish()
+        if meter is not None:
+            meter.finish()
     for other in actions:
         if isinstance(other, RecordLink):
             _record_link(state, other.path, done, errors, counts)
