@@ -72,6 +72,10 @@ def test_rewrite_in_place_during_the_copy_keeps_the_previous_durable_copy(
             subprocess.run([sys.executable, "-c", REWRITE, str(live), str(SIZE), str(MARK)],
                            check=True, timeout=60)
             gate.allow(held)
+        except BaseException:
+            proc.kill()  # never leave the checkpoint running when the test fails
+            proc.communicate()
+            raise
         finally:
             os.close(pidfd)
     out, err = proc.communicate(timeout=300)
