@@ -289,7 +289,8 @@ def _toml(value: object) -> str:
         return "nan" if value != value else ("inf" if value > 0 else "-inf") \
             if value in (float("inf"), float("-inf")) else repr(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # JSON escapes are TOML escapes
+        # JSON escapes are TOML escapes; TOML also refuses a literal DEL
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return str(value)
