@@ -25,6 +25,7 @@ import attrs
 
 from syncengine import manifest, segments, sqlite, sqlite_pass
 from syncengine.copier import (
+    Changed,
     Copied,
     NotRegular,
     Published,
@@ -34,23 +35,29 @@ from syncengine.copier import (
     link_hash,
     upload,
 )
-from syncengine.errors import DurableError, NameTaken, SourceError
+from syncengine.errors import DurableError, NameTaken, SourceError, local_error
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
 from syncengine.notices import Notices
 from syncengine.patterns import Matcher
 from syncengine.plan import (
+    PUBLISHING,
+    AppendSegments,
     CheckpointAction,
+    Compact,
     MarkAbsent,
     RecordLink,
+    SkipCompanion,
     SkipSpecial,
     Snapshot,
     Upload,
 )
+from syncengine.progress import SILENT, Reporter
 from syncengine.report import AdapterReport, PathError
 from syncengine.store import Store
 
 log = logging.getLogger("syncengine")
+Publishing = Upload | AppendSegments | Compact | Snapshot
 
 # A file whose mtime is this close to the scan start may still change within
 # the same timestamp tick: publish it but look again next pass (borg files cache).
@@ -74,6 +81,19 @@ class AdapterState:
 
 
 @attrs.frozen
+class LiveContent:
+    """The planner's `plan.Sniffer` over a live tree: one small read per question."""
+
+    live: Path
+
+    def is_database(self, path: str) -> bool:
+        return sqlite.has_header(f"{self.live}/{path}")
+
+    def database_of(self, path: str) -> str | None:
+        return sqlite.companion_base(self.live, path)
+
+
+@attrs.frozen
 class _Done:
     """The outcome of one action, applied to the index after the manifest is durable."""
 
@@ -85,7 +105,7 @@ class _Done:
 
 
 def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns: int,
-        jobs: int, final: bool = False) -> AdapterReport:
+        jobs: int, final: bool = False, progress: Reporter = SILENT) -> AdapterReport:
     """Carry out a checkpoint plan for one adapter and return what happened.
 
     Raises NameTaken, after dropping the index file, when the durable manifest
@@ -94,9 +114,9 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     """
     done: list[_Done] = []
     errors: list[PathError] = []
-    counts = {"unchanged": 0, "skipped": 0}
+    counts = {"unchanged": 0, "skipped": 0, "changed": 0}
     fatal: str | None = None
-    uploads = [a for a in actions if isinstance(a, (Upload, Snapshot))]
+    uploads = [a for a in actions if isinstance(a, PUBLISHING)]
     # A run that was killed (or stopped by the durable side) may have renamed new versions
     # into place without recording them: the index's hashes are then not what the durable
     # paths hold, so this run copies every changed file instead of trusting them.
@@ -106,18 +126,24 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
         if state.sqlite is not None:
             sqlite.sweep_staging(state.sqlite)
     recent = started_ns - GRANULARITY_NS
-    work = sqlite_pass.split(state, uploads)
+    work = sqlite_pass.split(uploads)
     staged = sqlite_pass.stage_all(state, work.databases, jobs)  # before any file is read
     results = _execute(state, work, staged, jobs, recent, final, trust_hashes)
+    meter = progress.start("checkpoint", state.name, len(uploads),
+                           sum(getattr(a, "size", 0) for a in uploads)) if uploads else None
     try:
         for item, result in results:
             _collect(state, item, result, done, errors, counts)
+            assert meter is not None
+            meter.advance(1, getattr(item, "size", 0))
     except DurableError as exc:
         fatal = str(exc)
         log.error("checkpoint.durable-failed adapter=%s error=%s", state.name, exc)
     finally:
         results.close()  # cancel queued copies, wait for running ones
         sqlite_pass.discard(staged)
+        if meter is not None:
+            meter.finish()
     for other in actions:
         if isinstance(other, RecordLink):
             _record_link(state, other.path, done, errors, counts)
@@ -151,19 +177,19 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
         _apply(state.index, done, started_ns)
         segments.mark_recorded(state.index, recorded)
         failed = {e.path for e in errors}
-        _record_companions(state, [c for c, base in work.companions if base not in failed],
-                           recent)
+        _record_companions(state, [a.path for a in actions if isinstance(a, SkipCompanion)
+                                   and a.database not in failed], recent)
     else:  # keep verified-equal results; published ones are taken again next pass
         _apply(state.index, [d for d in done if d.copied and not d.copied.published], started_ns)
-    if state.index.changed:
-        state.index.save(state.index_path)
+    if state.index.changed:  # LocalError when the state dir is full: the marker stays, so
+        state.index.save(state.index_path)  # the next pass trusts no hash it did not record
     if fatal is None and uploads:  # after the index knows the manifest object (recorded.py)
         _finish_staging(state)
     copied = [d.copied for d in published if d.copied is not None]
     return AdapterReport(
         name=state.name, files=len(copied) if fatal is None else 0,
         bytes=sum(_written(c) for c in copied) if fatal is None else 0,
-        unchanged=counts["unchanged"], skipped=counts["skipped"],
+        unchanged=counts["unchanged"], skipped=counts["skipped"], changed=counts["changed"],
         links=sum(1 for d in published if d.copied is None) if fatal is None else 0,
         manifest=name, errors=tuple(errors), fatal=fatal,
     )
@@ -174,31 +200,35 @@ def _written(c: Copied) -> int:
 
 
 _Result = Copied | Published | Exception
-_Item = Upload | sqlite_pass.Database
+_Item = Upload | AppendSegments | Compact | sqlite_pass.Database
 
 
 def _execute(state: AdapterState, work: sqlite_pass.Sorted,
              staged: dict[str, sqlite.Staged | Exception], jobs: int, recent: int,
              final: bool, trust_hashes: bool) -> Generator[tuple[_Item, _Result], None, None]:
-    """Publish the staged snapshots and copy the files, `jobs` at a time, in order."""
+    """Publish the staged snapshots and carry out each planned copy (in parallel up to
+    `jobs`), results in order: the snapshots first."""
     sniff = state.sqlite is not None
-    logs = state.segments
 
     def one(item: _Item) -> _Result:
         if isinstance(item, sqlite_pass.Database):
             return sqlite_pass.publish(state, item, staged[item.path], recent)
-        rec = state.index.get(item.path)
-        known = trust_hashes and rec is not None and rec.kind == "file"
         try:
-            if logs and logs.excluded(item.path, False):
+            if isinstance(item, AppendSegments | Compact):
                 return segments.publish(state.store, os.fspath(state.live), item.path,
-                                        state.index, final=final, compact=item.compact)
+                                        state.index, final=final,
+                                        compact=isinstance(item, Compact))
+            rec = state.index.get(item.path)
+            known = trust_hashes and rec is not None and rec.kind == "file"
             return upload(state.store, os.fspath(state.live), item.path,
                           known_hash=rec.hash64 if known and rec else None,
-                          known_size=rec.size if known and rec else None, sniff_sqlite=sniff)
-        except SQLiteFile:
+                          known_size=rec.size if known and rec else None, sniff_sqlite=sniff,
+                          recent_ns=recent)
+        except SQLiteFile:  # it became a database since it was planned: never copy it raw
+            log.info("checkpoint.plan-changed adapter=%s path=%s: now a SQLite database",
+                     state.name, item.path)
             return sqlite_pass.found_late(state, item.path, recent, final)
-        except (SourceError, Vanished, NotRegular, segments.Waiting) as exc:
+        except (SourceError, Vanished, NotRegular, Changed, segments.Waiting) as exc:
             return exc
 
     items: list[_Item] = [*work.databases, *work.files]
@@ -224,6 +254,10 @@ def _collect(state: AdapterState, item: _Item, result: _Result, done: list[_Done
     elif isinstance(result, Vanished):
         counts["skipped"] += 1
         log.info("copy.vanished adapter=%s path=%s", state.name, path)
+    elif isinstance(result, Changed):
+        counts["changed"] += 1
+        log.info("copy.changed adapter=%s path=%s: %s; the previous durable copy is kept and "
+                 "the file is taken again next pass", state.name, path, result.why)
     elif isinstance(result, segments.Waiting):
         counts["unchanged"] += 1
         log.debug("segments.waiting adapter=%s path=%s (%s)", state.name, path, result)
@@ -421,8 +455,11 @@ def mark_unrecorded(state: AdapterState) -> None:
     """Say that the durable side may hold versions the manifest does not record (a pass
     about to rename, or a restore that found newer ones): the next pass that publishes
     copies changed files instead of trusting hashes and writes a full base."""
-    state.staging_marker.parent.mkdir(parents=True, exist_ok=True)
-    state.staging_marker.touch()
+    try:
+        state.staging_marker.parent.mkdir(parents=True, exist_ok=True)
+        state.staging_marker.touch()
+    except OSError as exc:
+        raise local_error("create the staging marker", state.staging_marker, exc) from exc
 
 
 def staging_marker(state_dir: Path, adapter: str) -> Path:

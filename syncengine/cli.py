@@ -1,8 +1,9 @@
-"""The ``syncengine`` command line: parse arguments, build the engine, print results.
+"""The ``syncengine`` command line: build the engine, run the command, print results.
 
-Owns argument parsing, logging setup and the mapping of outcomes to exit
+Owns logging setup, printing reports and the mapping of outcomes to exit
 codes: 0 done, 1 incomplete (some path or adapter failed; named on stderr),
-2 usage or configuration error.  All behaviour lives in the engine.
+2 usage or configuration error.  The grammar (options, ``--help``) is in
+`syncengine.cliargs`; all behaviour lives in the engine.
 """
 
 from __future__ import annotations
@@ -14,150 +15,15 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
-from syncengine import __version__, savefile
+import attrs
+
+from syncengine import savefile
+from syncengine.cliargs import build_parser
 from syncengine.engine import Engine
 from syncengine.errors import SyncEngineError
 from syncengine.report import Report
-
-EPILOG = """\
-exit codes:
-  0  done
-  1  incomplete: something could not be checkpointed or restored (named on stderr),
-     or the durable side failed
-  2  usage or configuration error: nothing was done
-  run exits with COMMAND's status (128 + N if a signal N killed it), except
-  75 when COMMAND exited 0 but the final checkpoint was incomplete
-
-configuration (lowest to highest precedence):
-  environment  AM_LOCAL (local_root), DATA_DIR (durable_root, default /data),
-               AGENT_STATE_CHECKPOINT_SECONDS (interval, default 15),
-               SYNCENGINE_CONFIG (config file path)
-  config file  --config PATH (TOML; see README "Configuration")
-  flags        --local-root, --durable-root, --state-dir, --jobs
-
-examples:
-  AM_LOCAL=/srv/agents DATA_DIR=/data syncengine restore
-  syncengine --config /etc/syncengine.toml checkpoint codex claude
-  syncengine checkpoint --dry-run          # print the plan, write nothing
-  syncengine status --json
-"""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="syncengine",
-        description="Checkpoint coding-agent state from local disk to a durable "
-                    "(object-storage) mount, and restore it.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"syncengine {__version__}")
-    p.add_argument("--config", metavar="PATH",
-                   help="TOML config file (default: $SYNCENGINE_CONFIG)")
-    p.add_argument("--local-root", metavar="DIR", help="live state root (default: $AM_LOCAL)")
-    p.add_argument("--durable-root", metavar="DIR",
-                   help="durable root, usually the bucket mount (default: $DATA_DIR or /data)")
-    p.add_argument("--state-dir", metavar="DIR",
-                   help="local index, lock and status (default: <local-root>/.syncengine)")
-    p.add_argument("--jobs", type=int, metavar="N", help="parallel file copies (default 8)")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="more log lines (-vv: debug)")
-    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
-    p.add_argument("--log-json", action="store_true",
-                   help='log JSON lines {"ts","level","event","msg"} on stderr')
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    c = sub.add_parser("checkpoint", help="publish what changed since the last checkpoint",
-                       description="Walk the live trees (never the durable side), publish new "
-                       "and changed files as closed objects, then record them in a manifest. "
-                       "Deletions are not propagated.")
-    c.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
-    c.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
-    c.add_argument("--final", action="store_true",
-                   help="the writers have stopped: publish append-only logs to their exact "
-                        "end, trailing partial line included (shutdown checkpoint)")
-    c.add_argument("--no-wait", action="store_true",
-                   help="skip (exit 0) if another checkpoint or restore is running "
-                        "(for timers); by default wait for it")
-
-    r = sub.add_parser("restore", help="fill the live trees from the durable checkpoint",
-                       description="Copy files that are missing locally or older than the "
-                       "durable copy; never overwrite a newer local file; never write outside "
-                       "the live root.")
-    r.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
-    r.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
-
-    s = sub.add_parser("status", help="effective configuration and per-adapter state",
-                       description="Show each configuration value and where it came from, and "
-                       "per adapter the last checkpoint, files and bytes published, and errors. "
-                       "Reads local state only.")
-    s.add_argument("--json", action="store_true", help="machine-readable output")
-
-    e = sub.add_parser("export", help="write the durable copy of one file (a transcript "
-                       "rebuilt from its segments)",
-                       description="Rebuild PATH from the durable side (base + segments, "
-                       "verified) and write it to stdout or -o FILE. PATH is absolute under an "
-                       "adapter's live tree or relative to it.")
-    e.add_argument("path", metavar="PATH")
-    e.add_argument("--adapter", metavar="NAME", help="the adapter PATH belongs to")
-    e.add_argument("-o", "--output", metavar="FILE", help="write here (atomically), not stdout")
-
-    v = sub.add_parser("verify", help="check the durable side against the manifest",
-                       description="Every manifest entry exists with its recorded size; a "
-                       "sample is read back and hashed; SQLite snapshots pass quick_check "
-                       "(on a local copy); files no entry names are listed. Resumes where an "
-                       "interrupted run stopped (progress in <state_dir>/verify/).")
-    v.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
-    v.add_argument("--sample", type=float, default=10.0, metavar="PERCENT",
-                   help="read back and hash this share of the files (default 10; 100 = all)")
-    v.add_argument("--strict", action="store_true",
-                   help="unlisted durable files fail the run too")
-    v.add_argument("--restart", action="store_true", help="ignore saved progress")
-    v.add_argument("--max-entries", type=int, metavar="N",
-                   help="check at most N entries per adapter, then save progress and stop")
-    v.add_argument("--json", action="store_true", help="machine-readable output")
-
-    g = sub.add_parser("gc", help="delete tombstoned files and superseded objects (dry run "
-                       "unless --apply)",
-                       description="A file deleted locally is deleted from the durable side "
-                       "only after [gc] absent_passes checkpoints and grace_seconds, and only "
-                       "with --apply. Also removes staging leftovers, superseded manifest "
-                       "objects and superseded segment chains. Refuses while a restore is "
-                       "incomplete or the local tree looks empty or partial.")
-    g.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
-    g.add_argument("--apply", action="store_true", help="really delete (default: dry run)")
-
-    m = sub.add_parser("migrate", help="move a deployment from the old rsync layout",
-                       description="Run each adapter's [[migrate]] steps: unlink the old "
-                       "symlink, copy legacy directories into the checkpoints (keeping or "
-                       "renaming them), quarantine cache databases, copy open files. Nothing "
-                       "is deleted; a second run changes nothing.")
-    m.add_argument("--dry-run", action="store_true", help="print the plan, touch nothing")
-
-    j = sub.add_parser("journal", help="the input journal: one durable object per prompt",
-                       description="record: read one prompt (any bytes) from stdin and return "
-                       "once it is a closed object on the durable side. list / export: the "
-                       "session's prompts in order.")
-    j.add_argument("action", choices=("record", "list", "export"))
-    j.add_argument("--session", required=True, metavar="ID", help="session id (any text)")
-
-    u = sub.add_parser("run", help="restore, run COMMAND, checkpoint until it exits",
-                       description="Container entrypoint: restore (COMMAND is not started if "
-                       "the restore is incomplete), start COMMAND, checkpoint every interval "
-                       "(inotify hints when available), forward SIGTERM/SIGINT/SIGHUP, take a "
-                       "final checkpoint, exit with COMMAND's status; 75 when COMMAND exited 0 "
-                       "but the final checkpoint was incomplete (state since the last complete "
-                       "checkpoint is not durable).")
-    u.add_argument("--interval", type=float, metavar="S",
-                   help="seconds between checkpoints (default: interval, 15)")
-    u.add_argument("--grace", type=float, default=1.0, metavar="S",
-                   help="after a signal, wait this long for COMMAND before the final "
-                        "checkpoint (default 1)")
-    u.add_argument("--stop-timeout", type=float, default=10.0, metavar="S",
-                   help="SIGKILL COMMAND this long after the signal (default 10)")
-    u.add_argument("--no-watch", action="store_true",
-                   help="walk the trees every pass instead of using inotify hints")
-    u.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
-    return p
 
 
 class _JsonFormatter(logging.Formatter):
@@ -186,24 +52,39 @@ def _print_report(report: Report, quiet: bool) -> None:
     if report.skipped_busy:
         print("checkpoint skipped: another checkpoint or restore is running")
         return
+    stopped: dict[str, list[str]] = {}  # one message, every adapter it stopped
     for a in report.adapters:
-        if report.dry_run:
+        if a.fatal:
+            stopped.setdefault(a.fatal, []).append(a.name)
+        elif report.dry_run:
             print(f"{a.name}: {len(a.plan)} action(s)")
             for line in a.plan:
                 print(f"  {line}")
-            continue
-        if not quiet:
+        elif not quiet:
             verb = "published" if report.operation == "checkpoint" else "restored"
             extra = f", {a.kept_local} newer local kept" if report.operation == "restore" else ""
+            if a.changed:
+                extra += f", {a.changed} changed while copied (taken again next pass)"
             print(f"{a.name}: {verb} {a.files} file(s), {a.bytes} bytes, "
                   f"{a.unchanged} unchanged{extra}")
-        if a.fatal:
-            print(f"syncengine: {report.operation} {a.name} stopped: {a.fatal}", file=sys.stderr)
         for e in a.errors:
             print(f"syncengine: {e}", file=sys.stderr)
+    for message, names in stopped.items():
+        print(f"syncengine: {report.operation} stopped ({', '.join(names)}): {message}",
+              file=sys.stderr)
     if not report.ok:
         print(f"syncengine: {report.operation} incomplete: {len(report.errors)} path error(s), "
-              f"{sum(1 for a in report.adapters if a.fatal)} adapter(s) stopped", file=sys.stderr)
+              f"{sum(len(n) for n in stopped.values())} adapter(s) stopped", file=sys.stderr)
+
+
+def _progress_bar(args: argparse.Namespace, stream: TextIO) -> TextIO | None:
+    """Where a one-shot checkpoint, restore or verify draws its progress bar: stderr when it
+    is a terminal, unless -q, -v (the *.progress log lines say it) or --log-json."""
+    if args.command not in ("checkpoint", "restore", "verify") or getattr(args, "dry_run", False):
+        return None
+    if args.quiet or args.verbose or args.log_json or not stream.isatty():
+        return None
+    return stream
 
 
 def _fmt_time(ns: Any) -> str:
@@ -306,7 +187,7 @@ def _run(engine: Engine, args: argparse.Namespace) -> int:
         print("syncengine run: missing COMMAND (syncengine run -- COMMAND [ARGS...])",
               file=sys.stderr)
         return 2
-    runner = Runner(engine, interval=args.interval, watch=not args.no_watch)
+    runner = Runner(engine, watch=not args.no_watch)  # interval: config, or --interval
     return Supervisor(runner, cmd, grace=args.grace, stop_timeout=args.stop_timeout).run()
 
 
@@ -314,9 +195,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose, args.quiet, args.log_json)
     overrides = {"local_root": args.local_root, "durable_root": args.durable_root,
-                 "state_dir": args.state_dir, "jobs": args.jobs}
+                 "state_dir": args.state_dir, "jobs": args.jobs,
+                 "interval": getattr(args, "interval", None)}  # run --interval
+    engine = None
     try:
         engine = Engine.from_file(args.config, overrides=overrides)
+        bar = _progress_bar(args, sys.stderr)
+        if bar is not None:
+            engine.progress = attrs.evolve(engine.progress, bar=bar)
         if args.command == "status":
             status = engine.status()
             if args.json:
@@ -353,9 +239,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SyncEngineError as exc:
         print(f"syncengine: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # no layer translated it: still one line, the path and the fix
+        error = engine.os_error(args.command, exc) if engine is not None else exc
+        print(f"syncengine: {error}", file=sys.stderr)
+        return 1
     _print_report(report, args.quiet)
     return report.exit_code
 
+
+__all__ = ["build_parser", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,10 +5,18 @@ variables, an optional config file and command-line overrides into one frozen
 `Config`, remembering where each value came from so ``syncengine status`` can
 show it.  Precedence: environment < config file < command-line flag.  Nothing
 else in the package may read ``os.environ``.
+
+Every value is checked before anything runs, so a bad one is one line naming
+the key and the fix (`ConfigError`, exit 2): a TOML value must have its TOML
+type (``jobs = "8"`` is refused; only environment variables are text, parsed
+here), numbers must be finite and in range (`RANGES`), and a relative path in
+a config file is taken relative to that file's folder.  Adapter tables are
+checked by `syncengine.adapterspec`.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -17,46 +25,30 @@ from typing import Any
 
 import attrs
 
+from syncengine.adapterspec import AdapterSpec, MigrateStep, adapter_spec, check_overlaps
 from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
     {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs",
      "journal_dir", "sqlite_busy_timeout", "rescan_interval", "gc", "require_mount"}
 )
-ADAPTER_KEYS = frozenset(
-    {"name", "description", "live", "durable", "exclude", "sqlite", "segments", "migrate"}
-)
 GC_KEYS = frozenset({"absent_passes", "grace_seconds", "min_present_ratio", "staging_seconds"})
-# [[migrate]] steps: action -> (required keys, optional keys)
-MIGRATE_ACTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "unlink_symlink": (frozenset({"path"}), frozenset({"target"})),
-    "copy_tree": (frozenset({"from"}), frozenset({"to", "rename_to", "if_symlink"})),
-    "quarantine": (frozenset({"patterns", "to"}), frozenset()),
-    "snapshot_open": (frozenset({"patterns"}), frozenset()),
-}
-PLACEHOLDERS = ("{durable_root}", "{local_root}", "{durable}", "{live}", "{from}")
 DEFAULT_INTERVAL = 15.0
 DEFAULT_JOBS = 8
 DEFAULT_SQLITE_BUSY_TIMEOUT = 2.0
 DEFAULT_RESCAN_INTERVAL = 600.0
-
-
-@attrs.frozen
-class MigrateStep:
-    """One `[[migrate]]` step of an adapter (see README "Migrating from the rsync layout").
-
-    Paths keep their ``{durable_root}``, ``{local_root}``, ``{durable}``,
-    ``{live}`` and ``{from}`` placeholders; `syncengine.migrate` expands them.
-    """
-
-    action: str
-    path: str = ""  # unlink_symlink: relative to the live tree
-    target: str = ""  # unlink_symlink: only a link pointing here is removed ("" = any)
-    source: str = ""  # copy_tree: the legacy directory ("from" in TOML)
-    to: str = ""  # copy_tree: subdirectory of the checkpoint; quarantine: its directory
-    rename_to: str = ""  # copy_tree: rename the source afterwards ("" = keep it in place)
-    if_symlink: str = "skip"  # copy_tree: "skip" or "unlink" a symlink found at `from`
-    patterns: tuple[str, ...] = ()  # quarantine, snapshot_open: name globs
+# What a number may be: (smallest, largest, whole number).  Bounds keep a typo from
+# becoming a busy loop (interval 0) or a timer that never fires (inf overflows a wait).
+RANGES: dict[str, tuple[float, float, bool]] = {
+    "interval": (0.1, 86400.0, False),
+    "rescan_interval": (1.0, 604800.0, False),
+    "sqlite_busy_timeout": (0.001, 3600.0, False),
+    "jobs": (1, 256, True),
+    "absent_passes": (1, 255, True),  # the index counts absent passes up to 255
+    "grace_seconds": (0.0, math.inf, False),
+    "min_present_ratio": (0.0, 1.0, False),
+    "staging_seconds": (0.0, math.inf, False),
+}
 
 
 @attrs.frozen
@@ -67,24 +59,6 @@ class GcConfig:
     grace_seconds: float = 604800.0  # then this long (7 days) before gc --apply deletes it
     min_present_ratio: float = 0.5  # refuse when fewer manifest paths than this exist locally
     staging_seconds: float = 3600.0  # staging temp files older than this are leftovers
-
-
-@attrs.frozen
-class AdapterSpec:
-    """One harness: where its live tree is, where its checkpoint goes, what to skip."""
-
-    name: str
-    live: Path
-    durable: Path
-    exclude: tuple[str, ...] = ()
-    sqlite: tuple[str, ...] = ()
-    segments: tuple[str, ...] = ()  # append-only logs, stored as immutable segments
-    migrate: tuple[MigrateStep, ...] = ()  # steps of `syncengine migrate`
-    description: str = ""
-    origin: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.name}: {self.live} -> {self.durable}"
 
 
 @attrs.frozen
@@ -144,6 +118,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {path} does not exist: check --config") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start} cannot be "
+                          "decoded): save it as UTF-8") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: invalid TOML: {exc}") from exc
     except OSError as exc:
@@ -159,18 +136,23 @@ def load_config(
     """Build a Config from the environment, an optional TOML file and overrides.
 
     `path` defaults to ``$SYNCENGINE_CONFIG``; `overrides` are command-line
-    values (key -> value) and win over everything.
+    values (key -> value) and win over everything.  A relative path in the
+    file is taken relative to the file's own folder.
     """
     env = os.environ if env is None else env
     origin = "config"
     raw: dict[str, Any] = {}
+    base_dir = None
     if path is None and env.get("SYNCENGINE_CONFIG"):
         path = env["SYNCENGINE_CONFIG"]
         origin = "config $SYNCENGINE_CONFIG"
     if path is not None:
+        if "\x00" in os.fspath(path):
+            raise ConfigError("config file name contains a NUL character: check --config")
         raw = _read_toml(Path(path))
         origin = f"config {path}"
-    return config_from_dict(raw, env=env, overrides=overrides, origin=origin)
+        base_dir = Path(os.path.abspath(path)).parent
+    return config_from_dict(raw, env=env, overrides=overrides, origin=origin, base_dir=base_dir)
 
 
 def config_from_dict(
@@ -179,15 +161,22 @@ def config_from_dict(
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     origin: str = "config",
+    base_dir: str | os.PathLike[str] | None = None,
 ) -> Config:
-    """Build a Config from an already-parsed mapping with the config-file schema."""
+    """Build a Config from an already-parsed mapping with the config-file schema.
+
+    Values in `raw` must have their TOML types (a number is not a string);
+    relative paths in it are taken relative to `base_dir` (default: the
+    current directory).
+    """
     env = os.environ if env is None else env
     unknown = sorted(set(raw) - TOP_KEYS)
     if unknown:
         raise ConfigError(
             f"{origin}: unknown key {unknown[0]!r}: valid keys are {', '.join(sorted(TOP_KEYS))}"
         )
-    layers = _Layers(env, raw, overrides or {}, origin)
+    layers = _Layers(env, raw, overrides or {}, origin,
+                     Path(base_dir) if base_dir is not None else None)
     local_root = layers.path("local_root", env_key="AM_LOCAL", fix="set AM_LOCAL or local_root")
     durable_root = layers.path("durable_root", env_key="DATA_DIR", default="/data")
     state_dir = layers.path("state_dir", default=str(local_root / ".syncengine"))
@@ -195,8 +184,6 @@ def config_from_dict(
                              default=DEFAULT_INTERVAL)
     jobs = int(layers.number("jobs", default=DEFAULT_JOBS))
     rescan = layers.number("rescan_interval", default=DEFAULT_RESCAN_INTERVAL)
-    if jobs < 1 or jobs > 256:
-        raise ConfigError(f"{layers.sources['jobs']}: jobs must be between 1 and 256")
     journal_dir = layers.path("journal_dir", default=str(durable_root / "journal"))
     busy = layers.number("sqlite_busy_timeout", default=DEFAULT_SQLITE_BUSY_TIMEOUT)
     require_mount = layers.get("require_mount", None, False)
@@ -204,13 +191,45 @@ def config_from_dict(
         raise ConfigError(f"{layers.sources['require_mount']}: require_mount must be true or "
                           f"false, not {require_mount!r}")
     specs = _adapter_specs(layers, local_root, durable_root)
-    _check_overlaps(specs, state_dir)
+    check_overlaps(specs, state_dir)
     gc = _gc_config(raw.get("gc", {}), origin)
     return Config(local_root=local_root, durable_root=durable_root, state_dir=state_dir,
-                  adapters=specs, interval=interval, jobs=jobs, sqlite_busy_timeout=busy,
-                  rescan_interval=rescan, sources=dict(layers.sources), journal_dir=journal_dir,
-                  gc=gc, require_mount=require_mount)
+                  adapters=specs, interval=float(interval), jobs=jobs,
+                  sqlite_busy_timeout=float(busy), rescan_interval=float(rescan),
+                  sources=dict(layers.sources), journal_dir=journal_dir, gc=gc,
+                  require_mount=require_mount)
 
+
+def check_number(where: str, key: str, value: Any) -> float:
+    """`value` as the number `key` must be (type and range: `RANGES`), or ConfigError.
+
+    Strings are not numbers here: only environment variables are text, and
+    their caller parses them first.
+    """
+    low, high, whole = RANGES[key]
+    what = (f"a whole number from {low:g} to {high:g}" if whole else
+            f"a number from {low:g}" + (f" to {high:g}" if math.isfinite(high) else " up"))
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            whole and not isinstance(value, int)):
+        fix = ""
+        if isinstance(value, str):
+            fix = (f": write {key} = {value.strip()} without quotes"
+                   if _parses(value, whole) else "")
+        elif isinstance(value, float) and whole and math.isfinite(value):
+            fix = f": write {key} = {math.floor(value)} or {math.ceil(value)}"
+        kind = "true/false" if isinstance(value, bool) else type(value).__name__
+        raise ConfigError(f"{where}: {key} must be {what}, not the {kind} {value!r}{fix}")
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ConfigError(f"{where}: {key} must be {what}, not {value!r}")
+    return value
+
+
+def _parses(text: str, whole: bool) -> bool:
+    try:
+        number = int(text) if whole else float(text)
+    except ValueError:
+        return False
+    return math.isfinite(number)
 
 
 def _gc_config(table: Any, origin: str) -> GcConfig:
@@ -220,49 +239,9 @@ def _gc_config(table: Any, origin: str) -> GcConfig:
     if unknown:
         raise ConfigError(f"{origin}: [gc] unknown key {unknown[0]!r}: valid keys are "
                           f"{', '.join(sorted(GC_KEYS))}")
-    values: dict[str, Any] = {}
-    for key, value in table.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ConfigError(f"{origin}: [gc] {key} must be a number >= 0, not {value!r}")
-        values[key] = value
-    if "absent_passes" in values:
-        if values["absent_passes"] != int(values["absent_passes"]) or values["absent_passes"] < 1:
-            raise ConfigError(f"{origin}: [gc] absent_passes must be a whole number >= 1")
-        values["absent_passes"] = int(values["absent_passes"])
-    if values.get("min_present_ratio", 0) > 1:
-        raise ConfigError(f"{origin}: [gc] min_present_ratio must be between 0 and 1")
+    values: dict[str, Any] = {key: check_number(f"{origin}: [gc]", key, value)
+                              for key, value in table.items()}
     return GcConfig(**values)
-
-
-def _migrate_steps(value: Any, where: str) -> tuple[MigrateStep, ...]:
-    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
-        raise ConfigError(f"{where}: migrate must be an array of tables ([[migrate]])")
-    steps = []
-    for n, table in enumerate(value, 1):
-        action = table.get("action")
-        if action not in MIGRATE_ACTIONS:
-            raise ConfigError(f"{where}: migrate step {n}: action must be one of "
-                              f"{', '.join(MIGRATE_ACTIONS)}, not {action!r}")
-        required, optional = MIGRATE_ACTIONS[action]
-        keys = set(table) - {"action"}
-        if required - keys or keys - required - optional:
-            bad = sorted(required - keys) or sorted(keys - required - optional)
-            raise ConfigError(f"{where}: migrate step {n} ({action}): key {bad[0]!r} is "
-                              f"{'missing' if required - keys else 'not valid here'}; keys: "
-                              f"{', '.join(sorted(required | optional))}")
-        for key, val in table.items():
-            ok = (isinstance(val, list) and all(isinstance(v, str) and v for v in val)
-                  if key == "patterns" else isinstance(val, str))
-            if not ok:
-                raise ConfigError(f"{where}: migrate step {n}: {key} has the wrong type")
-        if table.get("if_symlink", "skip") not in ("skip", "unlink"):
-            raise ConfigError(f"{where}: migrate step {n}: if_symlink is 'skip' or 'unlink'")
-        steps.append(MigrateStep(
-            action=action, path=table.get("path", ""), target=table.get("target", ""),
-            source=table.get("from", ""), to=table.get("to", ""),
-            rename_to=table.get("rename_to", ""), if_symlink=table.get("if_symlink", "skip"),
-            patterns=tuple(table.get("patterns", ()))))
-    return tuple(steps)
 
 
 @attrs.define
@@ -273,40 +252,53 @@ class _Layers:
     raw: Mapping[str, Any]
     overrides: Mapping[str, Any]
     origin: str
+    base_dir: Path | None = None  # relative paths in the config file are relative to this
     sources: dict[str, str] = attrs.field(factory=dict)
+    layer: dict[str, str] = attrs.field(factory=dict)  # key -> flag, config, env or default
 
     def get(self, key: str, env_key: str | None, default: Any) -> Any:
         if self.overrides.get(key) is not None:
             self.sources[key] = f"flag --{key.replace('_', '-')}"
+            self.layer[key] = "flag"
             return self.overrides[key]
         if key in self.raw:
             self.sources[key] = self.origin
+            self.layer[key] = "config"
             return self.raw[key]
         if env_key and self.env.get(env_key):
             self.sources[key] = f"env ${env_key}"
+            self.layer[key] = "env"
             return self.env[env_key]
         self.sources[key] = "default"
+        self.layer[key] = "default"
         return default
 
     def path(self, key: str, *, env_key: str | None = None, default: str | None = None,
              fix: str = "") -> Path:
         value = self.get(key, env_key, default)
-        if value is None or value == "":
+        where = self.sources[key]
+        if value is None:
             raise ConfigError(f"{key} is not set: {fix} (in the file given by --config)")
-        if not isinstance(value, (str, os.PathLike)):
-            raise ConfigError(f"{self.sources[key]}: {key} must be a path string")
-        return Path(os.path.abspath(os.path.expanduser(os.fspath(value))))
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where}: {key} must be a non-empty path string, not {value!r}")
+        if "\x00" in value:
+            raise ConfigError(f"{where}: {key} contains a NUL character: {value!r}")
+        value = os.path.expanduser(value)
+        if self.layer[key] == "config" and self.base_dir is not None:
+            value = os.path.join(self.base_dir, value)  # an absolute value stays as it is
+        return Path(os.path.abspath(value))
 
     def number(self, key: str, *, env_key: str | None = None, default: float) -> float:
         value = self.get(key, env_key, default)
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"{self.sources[key]}: {key} must be a number, not {value!r}") from None
-        if not number > 0:
-            raise ConfigError(f"{self.sources[key]}: {key} must be greater than 0")
-        return number
+        if self.layer[key] == "env":  # the only layer that holds text
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise ConfigError(f"{self.sources[key]}: {key} must be a number of seconds, "
+                                  f"not {value!r}") from None
+        return check_number(self.sources[key], key, value)
 
 
 def _adapter_specs(layers: _Layers, local_root: Path, durable_root: Path
@@ -327,13 +319,17 @@ def _adapter_specs(layers: _Layers, local_root: Path, durable_root: Path
             )
         tables.append(builtins[name])
     extra = layers.raw.get("adapter", [])
-    if not isinstance(extra, list):
+    if not isinstance(extra, list) or not all(isinstance(t, dict) for t in extra):
         raise ConfigError(f"{layers.origin}: adapter must be an array of tables ([[adapter]])")
     tables.extend({**t, "__origin__": layers.origin} for t in extra)
+    if not tables:
+        raise ConfigError(f"{layers.sources['adapters']}: no adapter is enabled: name built-in "
+                          f"ones in adapters ({', '.join(builtins)}) or define one with "
+                          "[[adapter]]")
     specs: list[AdapterSpec] = []
     seen: set[str] = set()
     for table in tables:
-        spec = _adapter_spec(table, local_root, durable_root)
+        spec = adapter_spec(table, local_root, durable_root)
         if spec.name in seen:
             raise ConfigError(
                 f"{spec.origin}: adapter name {spec.name!r} is used twice: rename one "
@@ -344,58 +340,5 @@ def _adapter_specs(layers: _Layers, local_root: Path, durable_root: Path
     return tuple(specs)
 
 
-def _adapter_spec(table: Mapping[str, Any], local_root: Path, durable_root: Path) -> AdapterSpec:
-    origin = str(table.get("__origin__", "config"))
-    unknown = sorted(set(table) - ADAPTER_KEYS - {"__origin__"})
-    if unknown:
-        raise ConfigError(
-            f"{origin}: [[adapter]] unknown key {unknown[0]!r}: valid keys are "
-            f"{', '.join(sorted(ADAPTER_KEYS))}"
-        )
-    name = table.get("name")
-    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
-        raise ConfigError(f"{origin}: [[adapter]] name must be a plain non-empty string")
-    for key in ("live", "durable"):
-        if not isinstance(table.get(key), str) or not table[key]:
-            raise ConfigError(f"{origin}: adapter {name!r}: {key} must be a non-empty path")
-    lists = {}
-    for key in ("exclude", "sqlite", "segments"):
-        value = table.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{origin}: adapter {name!r}: {key} must be a list of strings")
-        lists[key] = tuple(value)
-    return AdapterSpec(
-        name=name,
-        live=Path(os.path.normpath(local_root / os.path.expanduser(table["live"]))),
-        durable=Path(os.path.normpath(durable_root / os.path.expanduser(table["durable"]))),
-        exclude=lists["exclude"],
-        sqlite=lists["sqlite"],
-        segments=lists["segments"],
-        migrate=_migrate_steps(table.get("migrate", []), f"{origin}: adapter {name!r}"),
-        description=str(table.get("description", "")),
-        origin=origin,
-    )
-
-
-def _inside(child: Path, parent: Path) -> bool:
-    return child == parent or parent in child.parents
-
-
-def _check_overlaps(specs: tuple[AdapterSpec, ...], state_dir: Path) -> None:
-    for a in specs:
-        for b in specs:
-            if _inside(a.live, b.durable) or _inside(b.durable, a.live):
-                raise ConfigError(
-                    f"{a.origin}: adapter {a.name!r}: live path {a.live} and the durable path "
-                    f"{b.durable} of {b.name!r} overlap: keep checkpoints outside live trees"
-                )
-            if a is not b and _inside(a.durable, b.durable):
-                raise ConfigError(
-                    f"{a.origin}: adapters {a.name!r} and {b.name!r} share durable path "
-                    f"{b.durable}: give each its own durable directory"
-                )
-        if _inside(state_dir, a.durable):
-            raise ConfigError(
-                f"state_dir {state_dir} is inside the durable path of {a.name!r}: "
-                "the state directory must be on local disk"
-            )
+__all__ = ["AdapterSpec", "Config", "ConfigError", "GcConfig", "MigrateStep", "builtin_adapters",
+           "check_number", "config_from_dict", "load_config"]

@@ -4,8 +4,11 @@ Owns reading sources safely (``O_NOFOLLOW``, ``O_NONBLOCK`` so a FIFO that
 appeared is never waited on, regular files only), the streaming copy with
 xxh3 hashing, and the checks around it: a file is copied up to the size seen
 when it was opened (a writer appending meanwhile is taken again next pass);
-a file that changed during the copy is published but not recorded as clean;
-a file whose content hash equals the published one is not copied at all.
+a file rewritten in place or truncated during the copy is never published (the
+staged copy would mix old and new bytes: it is discarded before the rename,
+the previous durable copy stays, `Changed`); one that only grew or was touched
+is published but not recorded as clean; a file whose content hash equals the
+published one is not copied at all.
 `OSError` on the source becomes `SourceError`; on the durable side,
 `DurableError`.
 """
@@ -39,6 +42,16 @@ class Vanished(Exception):
 
 class NotRegular(Exception):
     """The source is no longer a regular file (replaced by a FIFO, socket, directory)."""
+
+
+class Changed(Exception):
+    """The source changed while it was copied (rewritten in place, truncated): the staged
+    copy was discarded, the previous durable copy stays, and the next pass takes it again."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path = path
+        self.why = why
 
 
 class SQLiteFile(Exception):
@@ -167,13 +180,16 @@ def _sig(st: os.stat_result) -> tuple[int, int, int]:
 
 
 def upload(store: Store, live_root: str, relpath: str, *, known_hash: int | None,
-           known_size: int | None, dest: str | None = None, sniff_sqlite: bool = False
-           ) -> Copied:
+           known_size: int | None, dest: str | None = None, sniff_sqlite: bool = False,
+           recent_ns: int | None = None) -> Copied:
     """Publish one live file to the store unless its content is already there.
 
     `dest` names the object (default: `relpath`).  With `sniff_sqlite`, a file
     that starts with the SQLite header raises `SQLiteFile` instead (one small
-    read of a file that changed anyway).
+    read of a file that changed anyway).  A file that changed while it was
+    copied raises `Changed` before anything is renamed into place (see
+    `_check_copy`; `recent_ns`: the time after which a change may share a
+    timestamp tick with the copy, so the stat alone proves nothing).
     """
     src = f"{live_root}/{relpath}"
     dest = dest or relpath
@@ -190,13 +206,36 @@ def upload(store: Store, live_root: str, relpath: str, *, known_hash: int | None
         with store.staged(st.st_mode, dest) as tmp:
             size, h = stream(fd, st.st_size, tmp.write, src_name=src,
                              dst_name=f"{store.root}/{dest}")
+            raced = _check_copy(fd, st, size, h, recent_ns, relpath=relpath, src=src)
             _close(tmp, st, store, dest)
             obj = store.publish(tmp, dest)
-        after = os.fstat(fd)
     finally:
         os.close(fd)
-    raced = size != st.st_size or _sig(after) != _sig(st)
     return Copied(True, size, h, st.st_mode, st.st_mtime_ns, _sig(st), raced=raced, object=obj)
+
+
+def _check_copy(fd: int, st: os.stat_result, size: int, digest: int, recent_ns: int | None,
+                *, relpath: str, src: str) -> bool:
+    """Whether the copy of `size` bytes (hash `digest`) is a content the file really held.
+
+    Raise `Changed` when it is not (a writer overwrote part of the file in place
+    or truncated it during the copy: the copy mixes old and new bytes).  Return
+    True when the file moved on harmlessly (appended past the copy, touched):
+    publish it, but do not record it as clean.  An unchanged size, mtime and
+    ctime prove nothing was written only when the file's last change (ctime,
+    which no one can set) is older than `recent_ns`: a write in the same
+    timestamp tick leaves them all equal.  Otherwise the copied range is read
+    again and its hash compared (borg re-stats; this also catches the tick).
+    """
+    after = os.fstat(fd)
+    if size != st.st_size or after.st_size < size:
+        raise Changed(relpath, "truncated while it was copied")
+    moved = _sig(after) != _sig(st)
+    if not moved and (recent_ns is None or st.st_ctime_ns < recent_ns):
+        return False
+    if hash_file(fd, size, name=src) != digest:
+        raise Changed(relpath, "rewritten in place while it was copied")
+    return moved
 
 
 def _starts_with_header(fd: int) -> bool:
@@ -211,6 +250,6 @@ def _close(tmp: Staged, st: os.stat_result, store: Store, relpath: str) -> None:
     store.close(tmp, relpath, mode=st.st_mode, mtime_ns=st.st_mtime_ns)
 
 
-__all__ = ["SQLITE_HEADER", "Copied", "DurableError", "NotRegular", "Published", "SQLiteFile",
-           "SourceError", "Vanished", "hash_file", "link_hash", "open_source", "stream",
-           "upload"]
+__all__ = ["SQLITE_HEADER", "Changed", "Copied", "DurableError", "NotRegular", "Published",
+           "SQLiteFile", "SourceError", "Vanished", "hash_file", "link_hash", "open_source",
+           "stream", "upload"]

@@ -20,11 +20,20 @@ import attrs
 
 from syncengine import probe, status
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
-from syncengine.errors import ConfigError, DurableError, LockBusy, NameTaken
+from syncengine.errors import (
+    ConfigError,
+    DurableError,
+    LockBusy,
+    NameTaken,
+    SyncEngineError,
+    local_error,
+    side_error,
+)
 from syncengine.index import DIRTY, SIG, Index, file_signature
 from syncengine.lock import StateLock
 from syncengine.notices import Notices
 from syncengine.patterns import Matcher, compile_patterns, database_patterns
+from syncengine.progress import Reporter
 from syncengine.report import AdapterReport, PathError, Report
 from syncengine.store import Store
 
@@ -55,9 +64,10 @@ class Engine:
     """Checkpoint and restore the adapters of one `Config`."""
 
     def __init__(self, config: Config, *, clock: Callable[[], int] = time.time_ns,
-                 scan_workers: int = 2) -> None:
+                 scan_workers: int = 2, progress: Reporter | None = None) -> None:
         self.config = config
         self.clock = clock
+        self.progress = progress or Reporter()  # *.progress lines every 5 s; a bar if given
         self.scan_workers = scan_workers
         self._matchers: dict[str, Matcher] = {
             s.name: compile_patterns(exclusion_patterns(s), where=f"adapter {s.name!r} exclude")
@@ -155,6 +165,7 @@ class Engine:
         started = self.clock()
         t0 = time.monotonic()
         specs = self.config.select(adapters)
+        self.check_local_root()
         lock = StateLock(self.config.state_dir, wait=wait or lock_timeout is not None,
                          timeout=lock_timeout)
         try:
@@ -164,6 +175,8 @@ class Engine:
             return Report("checkpoint", started, 0.0, (), skipped_busy=True)
         try:
             reports = self._checkpoint_locked(specs, started, dry_run, final, hints or {})
+        except OSError as exc:  # not translated where it happened: still one clear line
+            raise self.os_error("checkpoint", exc) from exc
         finally:
             lock.release()
         report = Report("checkpoint", started, time.monotonic() - t0, tuple(reports),
@@ -190,7 +203,7 @@ class Engine:
         from syncengine import checkpoint, segments, sqlite, tablewalk
         from syncengine import missing as missing_mod
         from syncengine import seed as seeding
-        from syncengine.plan import RecordLink, Snapshot, Upload, plan_checkpoint
+        from syncengine.plan import PUBLISHING, RecordLink, plan_checkpoint
         from syncengine.scan import scan, scan_paths
 
         states = []
@@ -225,13 +238,15 @@ class Engine:
             else:
                 missing = missing_mod.missing_among(state, result.gone)
             idle = segments.idle_chains(state.index, started) if state.segments else frozenset()
-            actions = plan_checkpoint(result, state.index, missing, idle) + tuple(
+            sniff = checkpoint.LiveContent(state.live) if state.sqlite is not None else None
+            actions = plan_checkpoint(result, state.index, missing, idle, logs=state.segments,
+                                      sniff=sniff) + tuple(
                 sqlite.plan_databases(state.live, state.sqlite_patterns, state.index))
             if dry_run:
                 reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
                 continue
             # a final pass also records logs whose newest segments no manifest lists yet
-            may_write = any(isinstance(a, (Upload, Snapshot, RecordLink)) for a in actions) or (
+            may_write = any(isinstance(a, (*PUBLISHING, RecordLink)) for a in actions) or (
                 final and segments.unrecorded(state.index))
             if may_write and state.name in self._unseeded:
                 try:  # only now: an idle pass never reads the durable side
@@ -247,7 +262,8 @@ class Engine:
                     functools.partial(self._prepare_store, state.store))
             try:
                 rep = checkpoint.run(state, actions, started_ns=started,
-                                     jobs=self._copy_jobs(), final=final)
+                                     jobs=self._copy_jobs(), final=final,
+                                     progress=self.progress)
             except NameTaken as exc:
                 if rebuilt:
                     reports.append(AdapterReport(state.name, fatal=str(exc)))
@@ -263,7 +279,12 @@ class Engine:
                     [self.config.adapter(state.name)], started, dry_run, final, {},
                     rebuilt=True))
                 continue
-            tablewalk.keep_table(state.index_path, job, state.index, result, scanned)
+            try:
+                tablewalk.keep_table(state.index_path, job, state.index, result, scanned)
+            except OSError as exc:  # a cache: the next walk lists every directory instead
+                log.warning("checkpoint.table-unsaved adapter=%s error=%s", state.name,
+                            local_error("save directory table", exc.filename or
+                                        state.index_path.parent, exc))
             self._recheck[state.name] = _unsettled(state.index, result.changed)
             scan_errors = tuple(
                 PathError(state.name, p, "scan", r) for p, r in result.errors)
@@ -277,10 +298,16 @@ class Engine:
         started = self.clock()
         t0 = time.monotonic()
         specs = self.config.select(adapters)
-        reports = []
         with StateLock(self.config.state_dir, wait=True):
-            for spec in specs:
-                reports.append(self._restore_one(spec, dry_run))
+            try:
+                self._check_durable_root()  # once: a missing root stops every adapter alike
+            except DurableError as exc:
+                reports = [AdapterReport(spec.name, fatal=str(exc)) for spec in specs]
+            else:
+                try:
+                    reports = [self._restore_one(spec, dry_run) for spec in specs]
+                except OSError as exc:
+                    raise self.os_error("restore", exc) from exc
         report = Report("restore", started, time.monotonic() - t0, tuple(reports),
                         dry_run=dry_run)
         if not dry_run:
@@ -292,7 +319,6 @@ class Engine:
 
         t0 = time.monotonic()
         try:
-            self._check_durable_root()
             state = self._state(spec)
             self._unseeded.discard(spec.name)  # restore reads the manifest itself
             if not state.store.exists():  # local databases are still checked (sqlite_restore)
@@ -306,7 +332,7 @@ class Engine:
                 return AdapterReport(spec.name, plan=tuple(map(str, actions)))
             log.info("restore.start adapter=%s entries=%d source=%s", spec.name, len(entries),
                      source)
-            rep = restore.run(state, actions, jobs=self._copy_jobs())
+            rep = restore.run(state, actions, jobs=self._copy_jobs(), progress=self.progress)
         except DurableError as exc:
             return AdapterReport(spec.name, fatal=str(exc))
         # A manifest that lost information cannot prove the tree is whole: a server
@@ -314,6 +340,23 @@ class Engine:
         lost = tuple(PathError(spec.name, str(spec.durable / ".syncengine/manifest"), "read",
                                p) for p in problems)
         return _with(rep, errors=rep.errors + lost, duration_s=time.monotonic() - t0)
+
+    def check_local_root(self) -> None:
+        """Refuse a local_root that does not exist (checkpoint, gc): nothing is created under
+        a typo.  Only restore (a fresh container) and migrate create it."""
+        root = self.config.local_root
+        if not root.is_dir():
+            where = self.config.sources.get("local_root", "")
+            raise ConfigError(
+                f"local_root {root} ({where}) does not exist or is not a directory: create it, "
+                "or fix AM_LOCAL / local_root / --local-root (syncengine never creates it, so "
+                "a typo cannot look like a fresh start)")
+
+    def os_error(self, operation: str, exc: OSError) -> SyncEngineError:
+        """An OSError no lower layer translated: one clear error naming the path and the fix
+        (durable or local by where the path is; the state dir when it has none)."""
+        return side_error(operation, exc, durable_root=self.config.durable_root,
+                          default_path=self.config.state_dir)
 
     def _check_durable_root(self) -> None:
         probe.check_root(self.config.durable_root, require_mount=self.config.require_mount,
@@ -342,39 +385,11 @@ class Engine:
         return self._caps
 
     def export(self, path: str, out: BinaryIO, *, adapter: str | None = None) -> int:
-        """Write the durable copy of one live path (a log rebuilt from its segments) to `out`.
+        """Write the durable copy of one live path (a log rebuilt from its segments) to `out`
+        (see `syncengine.export`); returns the bytes written."""
+        from syncengine import export
 
-        `path` is absolute under an adapter's live tree, or relative to it
-        (then `adapter`, or the only adapter whose manifest lists it).
-        Raises ConfigError when the path is unknown, SourceError when the
-        durable copy is missing or corrupt; returns the bytes written.
-        """
-        from syncengine import chain
-        from syncengine.manifest import load as load_manifest
-
-        specs = self.config.select([adapter] if adapter else None)
-        rel = path
-        if os.path.isabs(path):
-            full = Path(os.path.normpath(path))
-            specs = tuple(s for s in specs if s.live in full.parents)
-            if not specs:
-                raise ConfigError(f"{path} is not inside any adapter's live tree")
-            rel = full.relative_to(specs[0].live).as_posix()
-            specs = specs[:1]
-        found = []
-        for spec in specs:
-            store = Store(spec.durable)
-            entry = load_manifest(store).entries.get(rel) if store.exists() else None
-            if entry is not None:
-                found.append((store, entry, spec.name))
-        if not found:
-            raise ConfigError(f"{rel}: no checkpoint of this path in "
-                              f"{', '.join(s.name for s in specs) or 'any adapter'}")
-        if len(found) > 1:
-            raise ConfigError(f"{rel} is checkpointed by adapters "
-                              f"{', '.join(f[2] for f in found)}: choose one with --adapter")
-        store, entry, _ = found[0]
-        return chain.export(store, entry, out)
+        return export.export(self.config, path, out, adapter=adapter)
 
     def verify(self, adapters: Sequence[str] | None = None, *, sample: float = 10.0,
                strict: bool = False, restart: bool = False, limit: int | None = None
@@ -385,12 +400,13 @@ class Engine:
         self._check_durable_root()
         stores = {s.name: Store(s.durable) for s in self.config.select(adapters)}
         return verify_.verify(stores, self.config.state_dir, sample=sample, strict=strict,
-                             restart=restart, limit=limit)
+                              restart=restart, limit=limit, progress=self.progress)
 
     def gc(self, adapters: Sequence[str] | None = None, *, apply: bool = False) -> gc_.GcReport:
         from syncengine import gc as gc_
 
         """Plan (and with `apply`, carry out) garbage collection (see `syncengine.gc`)."""
+        self.check_local_root()
         self._check_durable_root()
         return gc_.run(self, self.config.select(adapters), apply=apply)
 
@@ -417,10 +433,18 @@ class Engine:
 
     # -- status ----------------------------------------------------------
     def _write_status(self, report: Report) -> None:
-        status.write_checkpoint(self.config.state_dir, report)
+        try:
+            status.write_checkpoint(self.config.state_dir, report)
+        except OSError as exc:
+            raise local_error("write status", exc.filename or self.config.state_dir / "status",
+                              exc) from exc
 
     def _write_restore_status(self, report: Report) -> None:
-        status.write_restore(self.config.state_dir, report, self.clock())
+        try:
+            status.write_restore(self.config.state_dir, report, self.clock())
+        except OSError as exc:
+            raise local_error("write restore status",
+                              exc.filename or self.config.state_dir / "restore.json", exc) from exc
 
     def status(self) -> dict[str, Any]:
         """Effective configuration with sources, and per-adapter state (local files only)."""

@@ -3,10 +3,10 @@
 Owns the mapping from a failure to what happens next and to the process exit
 code.  A usage or configuration problem stops before any work (exit 2); a
 problem with one source file is reported and the run goes on, ending
-"incomplete" (exit 1); a problem with the durable side stops the run (exit 1).
-`OSError` is translated into these at the boundary where the path and the
-operation are known (see `durable_error` and `source_error`), always raised
-``from`` the original.
+"incomplete" (exit 1); a problem with the durable side, or with the local state
+directory, stops the run (exit 1).  `OSError` is translated into these at the
+boundary where the path and the operation are known (see `durable_error`,
+`local_error` and `source_error`), always raised ``from`` the original.
 """
 
 from __future__ import annotations
@@ -73,6 +73,18 @@ class NameTaken(DurableError):
     writer's sequence is behind what the durable side holds."""
 
 
+class SharedRoot(DurableError):
+    """A manifest name this writer had just found free was taken before its object landed
+    there: another process writes to the same durable root."""
+
+
+class LocalError(SyncEngineError):
+    """The local side failed (the state directory: index, status, lock; or the live root):
+    the run stops.  What is durable stays valid; the next run recovers."""
+
+    exit_code = 1
+
+
 class LockBusy(SyncEngineError):
     """Another checkpoint or restore holds the state directory lock."""
 
@@ -99,6 +111,21 @@ def _advice(exc: OSError) -> str:
     if exc.errno == errno.ENOTCONN:
         return "; the mount is gone: remount it (fusermount3 -uz, then mount again)"
     return ""
+
+
+def _local_advice(exc: OSError) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ("; free space on the local disk that holds it (or move state_dir with "
+                "--state-dir); the next run recovers")
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return "; make it writable by this user, or point state_dir at a writable local directory"
+    return "; check the local disk; the next run retries"
+
+
+def local_error(operation: str, path: str | os.PathLike[str], exc: OSError) -> LocalError:
+    """Translate an OSError on the local side (state directory, live root) into a
+    run-stopping error that names the path and what to do."""
+    return LocalError(f"{operation} {os.fspath(path)}: {_describe(exc)}{_local_advice(exc)}")
 
 
 def durable_error(operation: str, path: str | os.PathLike[str], exc: OSError) -> DurableError:
@@ -134,3 +161,14 @@ def commit_error(relpath: str, target: str | os.PathLike[str], exc: OSError
 def source_error(operation: str, path: str, exc: OSError) -> SourceError:
     """Translate an OSError on one local file into a per-path error."""
     return SourceError(path, operation, _describe(exc))
+
+
+def side_error(operation: str, exc: OSError, *, durable_root: str | os.PathLike[str],
+               default_path: str | os.PathLike[str]) -> DurableError | LocalError:
+    """An OSError that no lower layer translated, as the error of the side its path is on
+    (a path under `durable_root`: durable; anything else, or no path: local)."""
+    path = os.fspath(exc.filename) if exc.filename else os.fspath(default_path)
+    root = os.fspath(durable_root)
+    if path == root or path.startswith(root.rstrip("/") + "/"):
+        return durable_error(operation, path, exc)
+    return local_error(operation, path, exc)

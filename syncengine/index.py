@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from syncengine import savefile
+from syncengine.errors import local_error
 
 MAGIC = b"SYNCIDX1"
 RECORD = struct.Struct("<qqqQHBB")
@@ -157,7 +158,11 @@ class Index:
         return idx
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        savefile.write_file(path, self.dumps(), mode=0o600, fsync=True)
+        """Replace the index file; raise LocalError (naming it) when the state dir refuses."""
+        try:
+            savefile.write_file(path, self.dumps(), mode=0o600, fsync=True)
+        except OSError as exc:
+            raise local_error("save index", path, exc) from exc
         self.changed = False
         self.file_sig = file_signature(path)
 

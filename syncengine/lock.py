@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from syncengine.errors import ConfigError, LockBusy
+from syncengine.errors import LockBusy, local_error
 
 
 class StateLock:
@@ -31,9 +31,7 @@ class StateLock:
             os.makedirs(self.path.parent, mode=0o700, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise ConfigError(f"state_dir {self.path.parent}: cannot create the lock file: "
-                              f"{exc.strerror}; set state_dir to a writable local directory"
-                              ) from exc
+            raise local_error("create the lock file", self.path, exc) from exc
         try:
             self._lock(fd)
         except BaseException:

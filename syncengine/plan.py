@@ -1,35 +1,83 @@
 """Deciding: what a checkpoint or a restore will do, as frozen values.
 
 Owns the rules, not the I/O.  A checkpoint plan turns a scan and the index
-into one action per path; a restore plan turns the manifest (or a walk of an
-old durable tree) and the local tree's state into one action per path.  Each
-action prints as one readable line, so a dry run is "plan, then print", and
-tests assert on the plan as text.  The executors in `checkpoint` and
-`restore` carry the actions out.
+into one action per path that names what will really be done (a whole-file
+upload, a segment append or a new chain, a compaction, a SQLite snapshot, a
+database companion skipped), so the dry run tells the truth and the executor
+carries the plan out instead of deciding again; what the planner must know
+of a file's content (a SQLite header) it asks a `Sniffer`.  A restore plan
+turns the manifest (or a walk of an old durable tree) and the local tree's
+state into one action per path.  Each action prints as one readable line, so
+a dry run is "plan, then print", and tests assert on the plan as text.  The
+executors in `checkpoint` and `restore` carry the actions out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol
 
 import attrs
 
 from syncengine.index import Index
 from syncengine.manifest import Entry
+from syncengine.patterns import Matcher
 from syncengine.scan import ScanResult, Seen
+from syncengine.segments import MAX_SEGMENTS
+
+
+class Sniffer(Protocol):
+    """What the checkpoint planner may learn from a live file's first bytes (one read)."""
+
+    def is_database(self, path: str) -> bool:
+        """Whether the file starts with the SQLite header."""
+
+    def database_of(self, path: str) -> str | None:
+        """The database a -wal/-shm/-journal file belongs to, if it is one."""
 
 
 @attrs.frozen
 class Upload:
-    """Publish a new or changed file (hash first when the size did not change)."""
+    """Publish a new or changed file as a whole (hash first when the size did not change)."""
 
     path: str
     size: int
     reason: str
-    compact: bool = False  # an append-only log: rewrite its chain as one base
 
     def __str__(self) -> str:
         return f"upload {self.path} ({self.reason}, {self.size} bytes)"
+
+
+@attrs.frozen
+class AppendSegments:
+    """Publish an append-only log's complete new lines as one segment (`start` > 0), or
+    start its chain with a base (`start` 0).  The executor checks that the published
+    prefix is unchanged first; if it is not, a new chain starts."""
+
+    path: str
+    size: int
+    start: int  # bytes the chain already covers
+    reason: str
+
+    def __str__(self) -> str:
+        if not self.start:
+            return f"segments {self.path} (new chain: {self.reason}, {self.size} bytes)"
+        if self.size == self.start:
+            return f"append {self.path} (no new bytes; {self.reason})"
+        return (f"append {self.path} ({self.size - self.start} bytes after {self.start}: "
+                "one segment of complete lines)")
+
+
+@attrs.frozen
+class Compact:
+    """Rewrite a log's segment chain as a new chain of one base."""
+
+    path: str
+    size: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"compact {self.path} ({self.reason}: a new chain of one base, {self.size} bytes)"
 
 
 @attrs.frozen
@@ -74,45 +122,98 @@ class Snapshot:
         return f"snapshot {self.path} ({self.reason})"
 
 
-CheckpointAction = Upload | RecordLink | MarkAbsent | SkipSpecial | Snapshot
+@attrs.frozen
+class SkipCompanion:
+    """A changed -wal/-shm/-journal of an unlisted database: never copied raw (its
+    database is snapshotted instead); its stat is remembered so an idle WAL stays idle."""
+
+    path: str
+    database: str
+
+    def __str__(self) -> str:
+        return f"skip {self.path} (companion of SQLite database {self.database}: snapshotted)"
+
+
+CheckpointAction = (Upload | AppendSegments | Compact | RecordLink | MarkAbsent | SkipSpecial
+                    | Snapshot | SkipCompanion)
+PUBLISHING = (Upload, AppendSegments, Compact, Snapshot)  # actions that copy bytes
 
 
 def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
-                    compact: frozenset[str] = frozenset()) -> tuple[CheckpointAction, ...]:
-    """One action per changed, new, vanished or special path.
+                    compact: frozenset[str] = frozenset(), *, logs: Matcher | None = None,
+                    sniff: Sniffer | None = None) -> tuple[CheckpointAction, ...]:
+    """One action per changed, new, vanished or special path, naming what will be done.
 
-    `compact` names idle append-only logs whose segment chain is rewritten as
-    one base (whether or not they changed).
+    `logs` matches append-only logs (segments); `compact` names idle logs whose
+    chain is rewritten as one base (whether or not they changed); `sniff` tells
+    SQLite databases and their companions from plain files (none: all plain).
     """
     actions: list[CheckpointAction] = []
     changed = set()
+    databases: set[str] = set()  # of changed companions
     for seen in sorted(scan.changed):
-        action = _plan_seen(seen, index)
-        if isinstance(action, Upload) and seen.path in compact:
-            action = attrs.evolve(action, compact=True)
+        action = _plan_seen(seen, index, logs, sniff, seen.path in compact)
+        if isinstance(action, SkipCompanion):
+            databases.add(action.database)
         actions.append(action)
         changed.add(seen.path)
     for path in sorted(compact - changed):
         rec = index.get(path)
-        actions.append(Upload(path, rec.size if rec else 0, "idle log: compact", compact=True))
+        actions.append(Compact(path, rec.size if rec else 0, "idle log"))
+    snapshotted = {a.path for a in actions if isinstance(a, Snapshot)}
+    actions.extend(Snapshot(p, "unlisted database: its WAL or journal changed", listed=False)
+                   for p in sorted(databases - snapshotted))
     actions.extend(MarkAbsent(p) for p in sorted(missing))
     actions.extend(SkipSpecial(p) for p in sorted(scan.specials))
     return tuple(actions)
 
 
-def _plan_seen(seen: Seen, index: Index) -> CheckpointAction:
+_HEADER_MIN = 512  # the smallest SQLite database (one page)
+
+
+def _plan_seen(seen: Seen, index: Index, logs: Matcher | None, sniff: Sniffer | None,
+               compact: bool) -> CheckpointAction:
     if seen.is_link:
         return RecordLink(seen.path)
+    if sniff is not None:
+        database = sniff.database_of(seen.path)
+        if database is not None:
+            return SkipCompanion(seen.path, database)
+        if seen.size >= _HEADER_MIN and sniff.is_database(seen.path):
+            return Snapshot(seen.path, f"unlisted database, {_reason(seen, index)}",
+                            listed=False)
+    if logs is not None and logs.excluded(seen.path, False):
+        return _plan_log(seen, index, compact)
+    return Upload(seen.path, seen.size, _reason(seen, index))
+
+
+def _reason(seen: Seen, index: Index) -> str:
     rec = index.get(seen.path)
     if rec is None:
-        reason = "new"
-    elif rec.absent:
-        reason = "reappeared"
-    elif rec.size == seen.size:
-        reason = "same size: hash first"
-    else:
-        reason = f"size {rec.size} -> {seen.size}"
-    return Upload(seen.path, seen.size, reason)
+        return "new"
+    if rec.absent:
+        return "reappeared"
+    if rec.size == seen.size:
+        return "same size: hash first"
+    return f"size {rec.size} -> {seen.size}"
+
+
+def _plan_log(seen: Seen, index: Index, compact: bool) -> AppendSegments | Compact:
+    rec = index.get(seen.path)
+    extra = index.extras.get(seen.path, {}) if rec is not None and rec.kind == "segments" else {}
+    lens = list(extra.get("lens", ()))
+    covered = sum(lens)
+    if rec is None or not lens or not extra.get("chain"):
+        return AppendSegments(seen.path, seen.size, 0, "new log" if rec is None else
+                              "not a segment chain yet")
+    if seen.size < covered:
+        return AppendSegments(seen.path, seen.size, 0, f"shrank below the {covered} bytes "
+                              "published")
+    if len(lens) >= MAX_SEGMENTS:
+        return Compact(seen.path, seen.size, f"{len(lens)} objects")
+    if compact and len(lens) > 1:
+        return Compact(seen.path, seen.size, "idle log")
+    return AppendSegments(seen.path, seen.size, covered, "metadata changed")
 
 
 # -- restore ------------------------------------------------------------

@@ -29,6 +29,7 @@ class AdapterReport:
     kept_local: int = 0  # restore: newer local files left alone
     links: int = 0
     skipped: int = 0  # special files, vanished files
+    changed: int = 0  # changed while copied: previous durable copy kept, taken next pass
     manifest: str | None = None  # the manifest object written, if any
     errors: tuple[PathError, ...] = ()
     fatal: str | None = None  # the durable side failed: the adapter stopped

@@ -39,6 +39,7 @@ from syncengine.plan import (
     plan_restore_entry,
     without_special_bits,
 )
+from syncengine.progress import SILENT, Reporter
 from syncengine.report import AdapterReport, PathError
 from syncengine.safepath import DirCache, UnsafePath, check_relpath
 from syncengine.store import Store
@@ -152,7 +153,8 @@ def _parent_is_entry(path: str, paths: set[str]) -> bool:
     return False
 
 
-def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> AdapterReport:
+def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int,
+        progress: Reporter = SILENT) -> AdapterReport:
     """Carry out a restore plan for one adapter."""
     errors: list[PathError] = []
     restored: list[Done] = []
@@ -163,10 +165,13 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
     databases = [a for a in actions if isinstance(a, RestoreDB)]
     unrecorded = recorded.unrecorded_possible(state.staging_marker, lambda: index.meta,
                                               int(index.meta.get("manifest_seq", 0)))
+    meter = progress.start("restore", state.name, len(fetches),
+                           sum(a.entry.size or 0 for a in fetches))
     try:
         with DirCache(state.live, create=True) as live, state.store.reader() as durable, \
                 closing(_execute(fetches, live, durable, jobs, unrecorded)) as results:
             for action, result in results:
+                meter.advance(1, action.entry.size or 0)
                 _collect(state, action, result, restored, errors, counts)
             for db in databases:
                 try:
@@ -183,6 +188,7 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int) -> Adap
                 counts["newer"] += outcome.newer
     except DurableError as exc:
         fatal = str(exc)
+    meter.finish()
     if counts["newer"]:  # the manifest is behind the durable side: the next pass writes a base
         checkpoint.mark_unrecorded(state)
     for other in actions:

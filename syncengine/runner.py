@@ -50,6 +50,19 @@ def describe_failure(report: Report) -> str:
     return "\n".join(lines)
 
 
+def describe_start(report: Report, config: Config, interval: float, mode: str) -> str:
+    """One line: what the restore brought back, and what the loop will checkpoint."""
+    kept = sum(a.kept_local for a in report.adapters)
+    live = [s.name for s in config.adapters if s.live.is_dir()]
+    waiting = [s.name for s in config.adapters if not s.live.is_dir()]
+    return (f"restored {report.files} file(s), {report.bytes} bytes"
+            + (f" ({kept} newer local kept)" if kept else "")
+            + f"; checkpointing {', '.join(live) or 'nothing yet'} every {interval:g}s "
+            f"(mode {mode})"
+            + (f"; no live tree yet (taken once it appears): {', '.join(waiting)}"
+               if waiting else ""))
+
+
 class Runner:
     """Restore, then checkpoint every `interval` seconds in a thread; final pass on stop."""
 
@@ -95,7 +108,8 @@ class Runner:
         self._running = True
         self._thread = threading.Thread(target=self._loop, name="syncengine-runner", daemon=True)
         self._thread.start()
-        log.info("runner.started interval=%s mode=%s", self.interval, self.mode)
+        log.info("runner.started %s", describe_start(report, self.engine.config, self.interval,
+                                                       self.mode))
         return report
 
     def stop(self) -> Report | None:

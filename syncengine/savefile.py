@@ -52,6 +52,19 @@ def fsync_dir(path: str | os.PathLike[str] | None = None, *, dir_fd: int | None 
 
 
 _libc: Any = None
+_RENAME_NOREPLACE = 1  # renameat2(2)
+_AT_FDCWD = -100
+_NO_RENAME_FLAGS = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP)
+
+
+def _c() -> Any:
+    import ctypes  # lazily: only passes that publish something pay for it
+    import ctypes.util
+
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    return _libc
 
 
 def syncfs(path: str | os.PathLike[str]) -> None:
@@ -60,15 +73,12 @@ def syncfs(path: str | os.PathLike[str]) -> None:
     Per-file fsync on local disk would make a full checkpoint of 100,000 files
     take minutes; on the object-store mount fsync does nothing at all.
     """
-    import ctypes  # lazily: only passes that publish something pay for it
-    import ctypes.util
+    import ctypes
 
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc = _c()
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        if _libc.syncfs(fd) != 0:
+        if libc.syncfs(fd) != 0:
             err = ctypes.get_errno()
             if err not in _IGNORED_SYNC_ERRORS:
                 raise OSError(err, os.strerror(err), os.fspath(path))
@@ -132,6 +142,22 @@ class Staged:
         os.replace(self.name, target, src_dir_fd=self.dir_fd, dst_dir_fd=target_dir_fd)
         self.published = True
 
+    def publish_new(self, target: str, *, target_dir_fd: int | None = None) -> bool:
+        """Rename the closed temp file to `target` only if no entry has that name.
+
+        Raises FileExistsError when one has (nothing is replaced).  Returns False
+        where the filesystem cannot refuse a replace (no ``RENAME_NOREPLACE``): it
+        was renamed with ``os.replace``, and only reading `target` back can tell
+        whether another writer's rename landed there too.
+        """
+        assert self.closed, "publish_new() needs a closed file: closing is the commit"
+        assert not self.in_place, "an object written under its final name is kept, not renamed"
+        guarded = _rename_noreplace(self.name, target, self.dir_fd, target_dir_fd)
+        if not guarded:
+            os.replace(self.name, target, src_dir_fd=self.dir_fd, dst_dir_fd=target_dir_fd)
+        self.published = True
+        return guarded
+
     def keep(self) -> None:
         """Keep a closed file written under its final name (no rename)."""
         assert self.closed and self.in_place, "keep() is for a closed create_object() file"
@@ -149,6 +175,25 @@ class Staged:
             os.unlink(self.name, dir_fd=self.dir_fd)
         except OSError:
             pass
+
+
+def _rename_noreplace(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | None
+                      ) -> bool:
+    """renameat2(RENAME_NOREPLACE): True when done, False when the filesystem (or libc)
+    has no such rename and nothing was done; FileExistsError when `dst` exists."""
+    import ctypes
+
+    rename2 = getattr(_c(), "renameat2", None)
+    if rename2 is None:
+        return False
+    if rename2(_AT_FDCWD if src_dir_fd is None else src_dir_fd, os.fsencode(src),
+               _AT_FDCWD if dst_dir_fd is None else dst_dir_fd, os.fsencode(dst),
+               _RENAME_NOREPLACE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in _NO_RENAME_FLAGS:
+        return False
+    raise OSError(err, os.strerror(err), dst)  # EEXIST becomes FileExistsError
 
 
 def _best_effort(func: object, *args: object, **kwargs: object) -> None:

@@ -10,13 +10,12 @@ it publishes: each file is then read at least as late as every snapshot,
 and every durable snapshot is at most as new as the durable files of the
 same pass.  Publishing the staged snapshots happens with the files, later.
 
-Which uploads are databases is decided here, before any file is read: a
-path the index knows as a database, a ``-wal``/``-shm``/``-journal`` whose
-base is one (its database is snapshotted instead), and a changed file whose
-size is a whole number of 512-byte pages and that starts with the SQLite
-header.  A database found only while its file was being copied (it was not
-page-aligned when the walk saw it) is snapshotted in the next pass, after
-that pass's files, except in a final pass, where no writer runs any more.
+Which changed paths are databases the plan decides (`plan.Snapshot`: a
+listed database, a file that starts with the SQLite header, the database of
+a changed ``-wal``/``-shm``/``-journal``).  A database found only while its
+file was being copied (it had no header yet when the plan was made) is
+snapshotted in the next pass, after that pass's files, except in a final
+pass, where no writer runs any more.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ import attrs
 from syncengine import sqlite
 from syncengine.copier import Published, Vanished, in_order
 from syncengine.errors import SourceError
-from syncengine.plan import Snapshot, Upload
+from syncengine.plan import AppendSegments, Compact, Snapshot, Upload
 
 if TYPE_CHECKING:  # checkpoint imports this module
     from syncengine.checkpoint import AdapterState
@@ -42,53 +41,29 @@ PAGE = 512  # the smallest SQLite page: a database file is a whole number of pag
 
 @attrs.frozen
 class Database:
-    """A database to snapshot in this pass, and the action that named it (for errors)."""
+    """A database to snapshot in this pass."""
 
     path: str
     listed: bool
-    action: Upload | Snapshot
 
 
 @attrs.frozen
 class Sorted:
-    """A pass's uploads split into databases, companions and plain files."""
+    """A pass's copies split into databases (snapshotted first) and everything else."""
 
     databases: tuple[Database, ...]
-    companions: tuple[tuple[str, str], ...]  # (companion path, its database)
-    files: tuple[Upload, ...]
+    files: tuple[Upload | AppendSegments | Compact, ...]
 
 
 class Deferred(Exception):
     """A database found while copying a file: snapshotted next pass, after its files."""
 
 
-def split(state: AdapterState, uploads: Sequence[Upload | Snapshot]) -> Sorted:
-    """Sort uploads before anything is read (see the module docstring)."""
-    dbs: dict[str, Database] = {}
-    companions = []
-    files = []
-    for action in uploads:
-        if isinstance(action, Snapshot):
-            dbs[action.path] = Database(action.path, action.listed, action)
-        elif state.sqlite is None:
-            files.append(action)
-        elif (base := sqlite.companion_base(state.live, action.path)) is not None:
-            companions.append((action.path, base))
-            dbs.setdefault(base, Database(base, False, action))
-        elif _is_database(state, action):
-            dbs.setdefault(action.path, Database(action.path, False, action))
-        else:
-            files.append(action)
-    return Sorted(tuple(dbs[p] for p in sorted(dbs)), tuple(companions), tuple(files))
-
-
-def _is_database(state: AdapterState, action: Upload) -> bool:
-    rec = state.index.get(action.path)
-    if rec is not None and rec.kind == "sqlite" and not state.index.extras.get(
-            action.path, {}).get("_local"):
-        return True
-    return (action.size >= PAGE and action.size % PAGE == 0
-            and sqlite.has_header(f"{state.live}/{action.path}"))
+def split(actions: Sequence[Upload | AppendSegments | Compact | Snapshot]) -> Sorted:
+    """Databases first, in path order; the plan already named them (see plan.py)."""
+    dbs = {a.path: Database(a.path, a.listed) for a in actions if isinstance(a, Snapshot)}
+    files = tuple(a for a in actions if not isinstance(a, Snapshot))
+    return Sorted(tuple(dbs[p] for p in sorted(dbs)), files)
 
 
 def stage_all(state: AdapterState, databases: Sequence[Database], jobs: int
@@ -139,5 +114,5 @@ def found_late(state: AdapterState, path: str, recent: int, final: bool
         log.debug("sqlite.deferred adapter=%s path=%s: found while copying; snapshotted next "
                   "pass, before its files", state.name, path)
         return Deferred(path)
-    db = Database(path, False, Upload(path, 0, "found while copying"))
+    db = Database(path, False)
     return publish(state, db, stage(state, path, False), recent)

@@ -32,6 +32,7 @@ from syncengine.errors import (
     CommitRefused,
     DurableError,
     NameTaken,
+    SharedRoot,
     commit_error,
     durable_error,
     publish_error,
@@ -90,11 +91,13 @@ class Store:
 
     @contextmanager
     def staged(self, source_mode: int = 0o600, relpath: str | None = None, *,
-               unique: bool = False) -> Iterator[savefile.Staged]:
+               unique: bool = False, exclusive: bool = False) -> Iterator[savefile.Staged]:
         """A new object for `relpath`, discarded unless published.
 
         A temp file in the staging directory; without rename support, the new
-        unique object itself (`unique`: `relpath` is a unique name already).
+        unique object itself (`unique`: `relpath` is a unique name already; a
+        leftover of a killed run there is replaced, unless `exclusive`: then
+        FileExistsError).
         """
         self._writing()
         if self.rename_supported or relpath is None:
@@ -103,10 +106,12 @@ class Store:
             create = functools.partial(savefile.create_temp, os.fspath(self._staging))
         else:
             where = self.root / (relpath if unique else new_object_name(relpath))
-            create = functools.partial(_create_object, where)
+            create = functools.partial(_create_object, where, replace=not exclusive)
         try:
             tmp = create(source_mode=source_mode)
         except OSError as exc:
+            if exclusive and isinstance(exc, FileExistsError):
+                raise  # the caller tells a taken name from a failure
             raise durable_error("create a new object", where, exc) from exc
         try:
             yield tmp
@@ -154,21 +159,63 @@ class Store:
     def put_bytes(self, relpath: str, data: bytes, *, mode: int = 0o644) -> None:
         """Publish `data` as one closed object at `relpath`, a name used once (manifests).
 
-        One lookup first: an object already there is never replaced (NameTaken).
+        An object already there is never replaced.  Found by the lookup first:
+        `NameTaken` (this writer is behind the durable side).  Appearing after
+        that lookup: `SharedRoot`, another process writes to this root; the
+        rename refuses to replace it (``RENAME_NOREPLACE``; an exclusive create
+        where the mount cannot rename), or, where the mount cannot refuse, the
+        object read back right after the rename is not ours.
         """
         if self.stat(relpath) is not None:
             raise NameTaken(f"write {self.root / relpath}: an object of that name already "
                             "exists, and this name is written once")
-        with self.staged(mode, relpath, unique=True) as tmp:
+        try:
+            with self.staged(mode, relpath, unique=True, exclusive=True) as tmp:
+                try:
+                    tmp.write(data)
+                except OSError as exc:
+                    raise durable_error("write", self.root / relpath, exc) from exc
+                try:
+                    self.close(tmp, relpath, mode=mode)
+                except CommitRefused as exc:  # nothing can be recorded without this object
+                    raise DurableError(f"write {self.root / relpath}: {exc.reason}") from exc
+                guarded = self._publish_new(tmp, relpath)
+        except FileExistsError as exc:
+            raise self._shared(relpath) from exc
+        if not guarded and self._read_back(relpath) != data:
+            raise self._shared(relpath)
+
+    def _publish_new(self, tmp: savefile.Staged, relpath: str) -> bool:
+        """`publish` that never replaces: True when the filesystem guaranteed it."""
+        if tmp.in_place:  # created exclusively under its final name
+            tmp.keep()
+            return True
+        target = self.root / relpath
+        try:
             try:
-                tmp.write(data)
-            except OSError as exc:
-                raise durable_error("write", self.root / relpath, exc) from exc
-            try:
-                self.close(tmp, relpath, mode=mode)
-            except CommitRefused as exc:  # nothing can be recorded without this object
-                raise DurableError(f"write {self.root / relpath}: {exc.reason}") from exc
-            self.publish(tmp, relpath)
+                return tmp.publish_new(os.fspath(target))
+            except FileNotFoundError:
+                os.makedirs(target.parent, mode=0o755, exist_ok=True)
+                return tmp.publish_new(os.fspath(target))
+        except FileExistsError:
+            raise
+        except OSError as exc:
+            raise publish_error(relpath, target, exc) from exc
+
+    def _read_back(self, relpath: str) -> bytes | None:
+        try:
+            return self.read_bytes(relpath)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise durable_error("read back", self.root / relpath, exc) from exc
+
+    def _shared(self, relpath: str) -> SharedRoot:
+        return SharedRoot(
+            f"{self.root / relpath}: another process wrote this object between this writer's "
+            f"check and its rename: two writers share the durable root {self.root}. Run one "
+            "checkpoint writer per durable root; nothing was replaced, and the next pass "
+            "continues after the other writer's manifest")
 
     def writes_in_place(self) -> bool:
         """Whether `put_bytes` writes under the final name (no rename on this mount).
@@ -312,9 +359,9 @@ def new_object_name(relpath: str) -> str:
     return f"{OBJECTS_DIR}/{relpath}/{os.urandom(8).hex()}"
 
 
-def _create_object(path: Path, *, source_mode: int) -> savefile.Staged:
+def _create_object(path: Path, *, source_mode: int, replace: bool = True) -> savefile.Staged:
     try:
-        return savefile.create_object(path, source_mode=source_mode, replace=True)
+        return savefile.create_object(path, source_mode=source_mode, replace=replace)
     except FileNotFoundError:
         os.makedirs(path.parent, mode=0o755, exist_ok=True)
-        return savefile.create_object(path, source_mode=source_mode, replace=True)
+        return savefile.create_object(path, source_mode=source_mode, replace=replace)

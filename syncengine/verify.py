@@ -43,6 +43,7 @@ from syncengine.copier import stream
 from syncengine.errors import DurableError, SourceError
 from syncengine.index import Index
 from syncengine.manifest import Entry
+from syncengine.progress import SILENT, Reporter
 from syncengine.safepath import DirCache, UnsafePath
 from syncengine.sqlite_check import UNCHECKED, CheckFailed
 from syncengine.status import index_path
@@ -153,7 +154,8 @@ class _Progress:
 
 
 def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
-                   restart: bool = False, limit: int | None = None) -> AdapterVerify:
+                   restart: bool = False, limit: int | None = None,
+                   progress: Reporter = SILENT) -> AdapterVerify:
     """Check one adapter's durable side; see the module docstring."""
     progress_path = state_dir / "verify" / f"{name}.json"
     if not store.exists():
@@ -174,9 +176,12 @@ def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
     check = _Checker(store, state_dir, notes, _Unrecorded(
         staging_marker(state_dir, name), index_path(state_dir, name), state.last_seq))
     done = 0
+    meter = progress.start("verify", name, len(todo), sum(
+        e.size for e in todo if sampled(e.path, state.last_seq, sample)))
     with store.reader() as durable:
         for entry in todo:
             if limit is not None and done >= limit:
+                meter.finish()
                 prog.problems = [[p.path, p.what] for p in problems]
                 prog.save(progress_path)
                 return AdapterVerify(name, state.last_seq, len(entries), prog.checked,
@@ -189,9 +194,11 @@ def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
             prog.bytes_read += read or 0
             prog.cursor = entry.path
             done += 1
+            meter.advance(1, read or 0)
             if done % SAVE_EVERY == 0:
                 prog.problems = [[p.path, p.what] for p in problems]
                 prog.save(progress_path)
+    meter.finish()
     unlisted = tuple(unlisted_files(store, [*state.entries.values(), *state.invalid.values()]))
     if unlisted and not state.last_seq:
         notes.append("no manifest yet (old layout): files stay unlisted until a checkpoint")
@@ -333,14 +340,14 @@ class _Checker:
 
 
 def verify(adapters: Mapping[str, Store], state_dir: Path, *, sample: float = 10.0,
-           strict: bool = False, restart: bool = False, limit: int | None = None
-           ) -> VerifyReport:
+           strict: bool = False, restart: bool = False, limit: int | None = None,
+           progress: Reporter = SILENT) -> VerifyReport:
     """Verify each named store; a failing durable side stops only that adapter."""
     results = []
     for name, store in adapters.items():
         try:
             results.append(verify_adapter(name, store, state_dir, sample=sample,
-                                          restart=restart, limit=limit))
+                                          restart=restart, limit=limit, progress=progress))
         except DurableError as exc:
             results.append(AdapterVerify(name, fatal=str(exc)))
     return VerifyReport(tuple(results), sample, strict)

@@ -255,10 +255,20 @@ def test_missing_durable_root_is_an_error_not_created(tree: Tree, cli: CliRunner
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(tree: Tree, cli: CliRunner) -> None:
+    import sqlite3
+
     tree.write(f"{CODEX}/a.json", "abc")
+    tree.write(f"{CODEX}/sessions/2026/01/01/rollout-a.jsonl", "x\n")
+    with sqlite3.connect(tree.local / CODEX / "memories_1.sqlite") as con:
+        con.execute("CREATE TABLE t (v)")
+    con.close()
     with tree.no_durable_ops():
         out = cli("checkpoint", "--dry-run", "codex", check=0)
     assert "upload a.json (new, 3 bytes)" in out.stdout
+    # the action that will really be taken, not "upload" for everything
+    assert "segments sessions/2026/01/01/rollout-a.jsonl (new chain: new log, 2 bytes)" \
+        in out.stdout
+    assert "snapshot memories_1.sqlite (new)" in out.stdout
 
 
 def test_long_lived_engine_continues_after_a_checkpoint_by_another_process(

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from syncengine import ConfigError, config_from_dict, load_config
 from tests.conftest import CliRunner, Tree
+from tests.helpers import snapshot
 
 LAYOUT = {
     "codex": ("codex-home", "state/codex"),
@@ -149,3 +154,178 @@ def test_wheel_ships_the_builtin_adapters(tmp_path: Path) -> None:
     for harness in LAYOUT:
         assert f"syncengine/_adapters/{harness}.toml" in names
     assert any(n.endswith("entry_points.txt") for n in names)
+
+
+# -- nonsense is refused: exit 2, one line naming the key, nothing written --------------
+
+NONSENSE = [  # (config file text, the key the message must name)
+    ("interval = inf", "interval"),  # the timer thread died: no periodic checkpoints
+    ("interval = nan", "interval"),
+    ("interval = -5", "interval"),
+    ("interval = 0", "interval"),  # a busy loop
+    ("interval = true", "interval"),
+    ('interval = "15"', "interval"),
+    ('jobs = "8"', "jobs"),  # TOML values have their TOML type; only env vars are text
+    ("jobs = 2.7", "jobs"),
+    ("jobs = true", "jobs"),
+    ("jobs = 0", "jobs"),
+    ("jobs = 100000", "jobs"),
+    ('sqlite_busy_timeout = "2"', "sqlite_busy_timeout"),
+    ("sqlite_busy_timeout = -1.0", "sqlite_busy_timeout"),
+    ("rescan_interval = inf", "rescan_interval"),
+    ('require_mount = "yes"', "require_mount"),
+    ("local_root = 5", "local_root"),
+    ('state_dir = ""', "state_dir"),
+    ('durable_root = "a\\u0000b"', "durable_root"),
+    ("adapters = []", "adapters"),  # no adapter at all
+    ('adapters = "codex"', "adapters"),
+    ("adapter = [1, 2]", "adapter"),
+    ("[gc]\ngrace_seconds = nan", "grace_seconds"),
+    ("[gc]\nabsent_passes = 2.5", "absent_passes"),
+    ("[gc]\nabsent_passes = 1000", "absent_passes"),  # the index counts up to 255
+    ("[gc]\nmin_present_ratio = -0.5", "min_present_ratio"),
+    ('[[adapter]]\nname = "n"\nlive = "n"\ndurable = "d"\nexclude = ["a\\u0000"]', "exclude"),
+]
+
+
+def _refused(tree: Tree, cli: CliRunner, *args: str, key: str,
+             env: dict[str, str] | None = None) -> str:
+    before = snapshot(tree.base)
+    out = cli(*args, env=env, check=2)
+    assert out.stderr.count("\n") == 1, out.stderr  # one line, no traceback
+    assert out.stderr.startswith("syncengine: ") and key in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+    assert snapshot(tree.base) == before  # nothing written
+    return out.stderr
+
+
+@pytest.mark.dir_only("fails before the durable root is used")
+@pytest.mark.parametrize(("text", "key"), NONSENSE, ids=[t for t, _ in NONSENSE])
+def test_nonsense_in_the_config_file_exits_2_naming_the_key(
+        tree: Tree, cli: CliRunner, text: str, key: str) -> None:
+    conf = tree.base / "c.toml"
+    conf.write_text(text + "\n")
+    _refused(tree, cli, "--config", str(conf), "checkpoint", key=key)
+
+
+@pytest.mark.dir_only("fails before the durable root is used")
+def test_a_string_number_says_how_to_write_it(tree: Tree, cli: CliRunner) -> None:
+    conf = tree.base / "c.toml"
+    conf.write_text('jobs = "8"\n')
+    err = _refused(tree, cli, "--config", str(conf), "checkpoint", key="jobs")
+    assert "write jobs = 8 without quotes" in err
+
+
+@pytest.mark.dir_only("fails before the durable root is used")
+def test_a_config_file_that_is_not_utf8_exits_2(tree: Tree, cli: CliRunner) -> None:
+    conf = tree.base / "latin1.toml"
+    conf.write_bytes('local_root = "/srv/agents/caf\xe9"\n'.encode("latin-1"))
+    err = _refused(tree, cli, "--config", str(conf), "status", key="UTF-8")
+    assert str(conf) in err
+
+
+@pytest.mark.dir_only("fails before the durable root is used")
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "0", "1e999", "soon", "15s"])
+def test_garbage_in_the_interval_variable_exits_2(tree: Tree, cli: CliRunner, value: str
+                                                  ) -> None:
+    err = _refused(tree, cli, "checkpoint", key="interval",
+                   env=tree.env(AGENT_STATE_CHECKPOINT_SECONDS=value))
+    assert "AGENT_STATE_CHECKPOINT_SECONDS" in err
+
+
+@pytest.mark.dir_only("fails before the durable root is used")
+@pytest.mark.parametrize(("args", "key"), [
+    (("run", "--interval", "0", "--", "true"), "interval"),  # was a busy loop
+    (("run", "--interval", "inf", "--", "true"), "interval"),
+    (("--jobs", "0", "checkpoint"), "jobs"),
+    (("checkpoint", "--jobs", "-3"), "jobs"),
+])
+def test_nonsense_flags_exit_2(tree: Tree, cli: CliRunner, args: tuple[str, ...], key: str
+                               ) -> None:
+    err = _refused(tree, cli, *args, key=key)
+    assert "flag --" in err
+
+
+def test_relative_paths_in_a_config_file_are_relative_to_its_folder(tmp_path: Path) -> None:
+    conf_dir = tmp_path / "etc"
+    conf_dir.mkdir()
+    conf = conf_dir / "syncengine.toml"
+    conf.write_text('local_root = "../live"\ndurable_root = "bucket"\nstate_dir = "~/st"\n'
+                    'journal_dir = "j"\n')
+    cfg = load_config(conf, env={})
+    assert cfg.local_root == tmp_path / "live"
+    assert cfg.durable_root == conf_dir / "bucket"
+    assert cfg.state_dir == Path(os.path.expanduser("~/st"))  # ~ is expanded, not joined
+    assert cfg.journal_dir == conf_dir / "j"
+    # from the environment or a flag a relative path is relative to the current directory
+    cfg = load_config(None, env={"AM_LOCAL": "rel"}, overrides={"durable_root": "d"})
+    assert cfg.local_root == Path.cwd() / "rel" and cfg.durable_root == Path.cwd() / "d"
+
+
+_BAD_VALUES = {  # for each key, values of the wrong TOML type or out of range
+    "interval": st.one_of(st.text(max_size=5), st.booleans(), st.floats(max_value=0.09),
+                          st.floats(min_value=86400.5), st.just(float("nan")),
+                          st.lists(st.integers(), max_size=2)),
+    "jobs": st.one_of(st.text(max_size=5), st.booleans(),
+                      st.floats(allow_nan=True, allow_infinity=True),
+                      st.integers(max_value=0), st.integers(min_value=257)),
+    "sqlite_busy_timeout": st.one_of(st.text(max_size=5), st.booleans(),
+                                     st.floats(max_value=0.0), st.floats(min_value=3600.5)),
+    "rescan_interval": st.one_of(st.booleans(), st.floats(max_value=0.99),
+                                 st.floats(min_value=604800.5), st.text(max_size=3)),
+    "local_root": st.one_of(st.integers(), st.booleans(), st.just(""),
+                            st.text(min_size=1, max_size=5).map(lambda t: t + "\x00")),
+    "durable_root": st.one_of(st.floats(), st.lists(st.text(max_size=3), max_size=2)),
+    "require_mount": st.one_of(st.integers(), st.text(max_size=5)),
+    "adapters": st.one_of(st.just([]), st.text(max_size=5), st.lists(st.integers(), min_size=1,
+                                                                     max_size=2)),
+}
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return "nan" if value != value else ("inf" if value > 0 else "-inf") \
+            if value in (float("inf"), float("-inf")) else repr(value)
+    if isinstance(value, str):
+        # JSON escapes are TOML escapes; TOML also refuses a literal DEL
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return str(value)
+
+
+@given(data=st.data())
+@settings(max_examples=150, deadline=None)
+def test_any_bad_value_exits_2_with_one_line_and_no_traceback(data: st.DataObject) -> None:
+    import contextlib
+    import io
+    import logging
+    import tempfile
+
+    from syncengine.cli import main
+
+    key = data.draw(st.sampled_from(sorted(_BAD_VALUES)))
+    value = data.draw(_BAD_VALUES[key])
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        (base / "local").mkdir()
+        conf = base / "c.toml"
+        conf.write_text(f"{key} = {_toml(value)}\n")
+        err = io.StringIO()
+        env = {"AM_LOCAL": str(base / "local"), "DATA_DIR": str(base)}
+        logger = logging.getLogger("syncengine")
+        saved = (logger.handlers[:], logger.level, logger.propagate)  # main() sets them up
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
+                    mock.patch.dict(os.environ, env):
+                rc = main(["--config", str(conf), "checkpoint"])
+        finally:
+            logger.handlers[:] = saved[0]
+            logger.setLevel(saved[1])
+            logger.propagate = saved[2]
+        assert rc == 2, (key, value, err.getvalue())
+        assert err.getvalue().count("\n") == 1 and key in err.getvalue(), err.getvalue()
+        assert sorted(p.name for p in base.iterdir()) == ["c.toml", "local"]
+        assert not any((base / "local").iterdir())

@@ -185,5 +185,5 @@ def test_gc_config_is_validated(tree: Tree) -> None:
                 {"min_present_ratio": 2}):
         with pytest.raises(ConfigError):
             config_from_dict({**RAW, "gc": bad}, env=tree.env())
-    cfg = config_from_dict({"adapters": []}, env=tree.env())
+    cfg = config_from_dict(RAW, env=tree.env())
     assert cfg.gc.absent_passes == 3 and cfg.gc.grace_seconds == 604800

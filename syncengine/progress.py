@@ -1,0 +1,143 @@
+"""Progress of long checkpoints, restores and verifies: a log line every few seconds, a bar
+on a terminal.
+
+Owns the counting and the two ways of telling it: an ``<operation>.progress``
+log event (INFO: files and bytes done of total, rate, estimated time left)
+every `Reporter.every` seconds, the first one only once that much time has
+passed (a short run says nothing), and, when the caller gives a stream (the
+CLI does when stderr is a terminal), a one-line bar redrawn in place.
+
+No thread: the executor's own loop calls `Progress.advance` once per file,
+and the hot path is two additions and a comparison; the clock (a parameter,
+so tests drive it) is read only every `CHECK_FILES` files or `CHECK_BYTES`
+bytes.  An idle checkpoint creates no `Progress` at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+import attrs
+
+log = logging.getLogger("syncengine")
+
+CHECK_FILES = 64  # files between two looks at the clock
+CHECK_BYTES = 8 << 20  # or this many bytes (a few large files)
+BAR_WIDTH = 24
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_seconds(s: float) -> str:
+    s = int(s + 0.5)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+@attrs.frozen
+class Reporter:
+    """How progress is told (the engine holds one): the clock, the log interval, a bar."""
+
+    clock: Callable[[], float] = time.monotonic
+    every: float = 5.0  # seconds between log lines
+    bar: TextIO | None = None  # a terminal: redraw a bar here
+    bar_every: float = 0.5
+
+    def start(self, operation: str, label: str, files: int, nbytes: int) -> Progress:
+        """A meter for one operation on one adapter, with its totals."""
+        return Progress(self, operation, label, files, nbytes, self.clock())
+
+
+@attrs.define
+class Progress:
+    """Files and bytes done of a known total; `advance` once per file, `finish` at the end."""
+
+    reporter: Reporter
+    operation: str  # "checkpoint", "restore", "verify": the event is "<operation>.progress"
+    label: str  # the adapter
+    files_total: int
+    bytes_total: int
+    started: float
+    files: int = 0
+    bytes: int = 0
+    _next_files: int = CHECK_FILES
+    _next_bytes: int = CHECK_BYTES
+    _next_log: float = attrs.field(init=False)
+    _next_bar: float = attrs.field(init=False)
+    _bar_drawn: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        self._next_log = self.started + self.reporter.every
+        self._next_bar = self.started + self.reporter.bar_every
+
+    def advance(self, files: int = 1, nbytes: int = 0) -> None:
+        self.files += files
+        self.bytes += nbytes
+        if self.files >= self._next_files or self.bytes >= self._next_bytes:
+            self._look()
+
+    def _look(self) -> None:
+        self._next_files = self.files + CHECK_FILES
+        self._next_bytes = self.bytes + CHECK_BYTES
+        now = self.reporter.clock()
+        if now >= self._next_log:
+            self._next_log = now + self.reporter.every
+            log.info("%s.progress adapter=%s %s", self.operation, self.label, self.describe(now))
+        if self.reporter.bar is not None and now >= self._next_bar:
+            self._next_bar = now + self.reporter.bar_every
+            self._draw(now)
+
+    def describe(self, now: float) -> str:
+        """``files=A/B bytes=X/Y rate=R/s eta=T`` as of `now`."""
+        elapsed = max(now - self.started, 1e-9)
+        rate = self.bytes / elapsed
+        eta = self._eta(elapsed)
+        return (f"files={self.files}/{self.files_total} bytes={human_bytes(self.bytes)}/"
+                f"{human_bytes(self.bytes_total)} rate={human_bytes(rate)}/s "
+                f"eta={'?' if eta is None else human_seconds(eta)}")
+
+    def _eta(self, elapsed: float) -> float | None:
+        """Time left, by bytes when there are bytes to go, else by files."""
+        if self.bytes and self.bytes_total > self.bytes:
+            return (self.bytes_total - self.bytes) * elapsed / self.bytes
+        if self.files and self.files_total >= self.files:
+            return (self.files_total - self.files) * elapsed / self.files
+        return None
+
+    def _draw(self, now: float) -> None:
+        bar = self.reporter.bar
+        assert bar is not None
+        share = (self.bytes / self.bytes_total if self.bytes_total else
+                 self.files / self.files_total if self.files_total else 1.0)
+        filled = int(BAR_WIDTH * min(share, 1.0))
+        elapsed = max(now - self.started, 1e-9)
+        eta = self._eta(elapsed)
+        bar.write(f"\r{self.operation} {self.label} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] "
+                  f"{self.files}/{self.files_total} files {human_bytes(self.bytes)}/"
+                  f"{human_bytes(self.bytes_total)} {human_bytes(self.bytes / elapsed)}/s "
+                  f"ETA {'?' if eta is None else human_seconds(eta)}\x1b[K")
+        bar.flush()
+        self._bar_drawn = True
+
+    def finish(self) -> None:
+        """End the bar's line (if one was drawn); the report says the rest."""
+        if self._bar_drawn and self.reporter.bar is not None:
+            self._draw(self.reporter.clock())
+            self.reporter.bar.write("\n")
+            self.reporter.bar.flush()
+            self._bar_drawn = False
+
+
+SILENT = Reporter(every=float("inf"))  # no log line (the first is never due), no bar

@@ -1,0 +1,95 @@
+"""A file rewritten in place while a checkpoint copies it is never published as a mix.
+
+The checkpoint runs as its own process; a read gate (tests/readgate.py) holds
+its copy after the first chunk, a second process overwrites the beginning and
+the end of the file in place (no truncate, same size), then the copy goes on:
+it has the old beginning and the new end, bytes the file never held together.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from syncengine.copier import CHUNK
+from tests.conftest import CliRunner, Tree
+from tests.helpers import files
+from tests.readgate import ReadGate, offset
+
+CODEX = "codex-home"
+SIZE = 64 * 2**20  # sparse: cheap to create, and many chunks to copy
+MARK = 4096
+
+REWRITE = r"""
+import os, sys
+path, size, mark = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+fd = os.open(path, os.O_WRONLY)  # no O_TRUNC: in place, same size
+os.pwrite(fd, b"C" * mark, 0)
+os.pwrite(fd, b"C" * mark, size - mark)
+os.close(fd)
+"""
+
+
+def _version(path: os.PathLike[str], fill: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(SIZE)
+        f.seek(0)
+        f.write(fill * MARK)
+        f.seek(SIZE - MARK)
+        f.write(fill * MARK)
+
+
+def test_rewrite_in_place_during_the_copy_keeps_the_previous_durable_copy(
+        tree: Tree, cli: CliRunner) -> None:
+    live = tree.write(f"{CODEX}/big.bin", b"A" * 100)
+    cli("checkpoint", "codex", check=0)
+    _version(live, b"B")  # version B: a new size, so it is copied without hashing first
+    try:
+        gate = ReadGate(live)
+    except OSError as exc:
+        pytest.skip(f"fanotify permission events unavailable (root, "
+                    f"CONFIG_FANOTIFY_ACCESS_PERMISSIONS): {exc}")
+    with gate:
+        proc = subprocess.Popen([sys.executable, "-m", "syncengine", "-v", "checkpoint",
+                                 "codex"], env=tree.env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        pidfd = os.pidfd_open(proc.pid)
+        try:
+            held = None
+            while held is None:  # let reads through until the copy has read its first chunk
+                reads = gate.wait(120, pidfd)
+                assert reads, "the checkpoint ended (or hung) before copying the file"
+                for read in reads:
+                    if held is None and (offset(proc.pid, live) or 0) >= CHUNK:
+                        held = read
+                    else:
+                        gate.allow(read)
+            pos = offset(proc.pid, live)
+            assert pos is not None and CHUNK <= pos < SIZE - MARK  # mid-copy, end not read
+            subprocess.run([sys.executable, "-c", REWRITE, str(live), str(SIZE), str(MARK)],
+                           check=True, timeout=60)
+            gate.allow(held)
+        except BaseException:
+            proc.kill()  # never leave the checkpoint running when the test fails
+            proc.communicate()
+            raise
+        finally:
+            os.close(pidfd)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "copy.changed adapter=codex path=big.bin" in err
+    assert "1 changed while copied (taken again next pass)" in out
+    durable = tree.backing / "state/codex/big.bin"
+    assert durable.read_bytes() == b"A" * 100  # the previous copy, not old B + new C
+    staging = tree.backing / "state/codex/.syncengine/staging"
+    assert not list(staging.glob("*")) if staging.exists() else True
+    cli("checkpoint", "codex", check=0)  # the next pass takes the file again
+    with open(durable, "rb") as f:
+        assert f.read(MARK) == b"C" * MARK
+        f.seek(SIZE - MARK)
+        assert f.read() == b"C" * MARK
+    assert durable.stat().st_size == SIZE
+    assert files(tree.backing / "state/codex").keys() == {"big.bin"}
