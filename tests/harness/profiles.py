@@ -158,6 +158,8 @@ class OpenClaw(Profile):
                                            "input": ["text"], "reasoning": False}]}}},
                 "agents": {"defaults": {"model": {"primary": f"fake/{MODEL}"},
                                         "workspace": str(w.work)}},
+                # no Chromium to drive here; starting its plugin tripled a turn's time
+                "browser": {"enabled": False},
             }
             _write(self.live_dir(w) / "openclaw.json", json.dumps(config, indent=2))
 
