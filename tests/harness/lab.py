@@ -139,21 +139,31 @@ class Lab:
         self.note(f"$ {what}\n  exit {done.returncode}\n  stdout: {done.stdout[-3000:]}"
                   f"\n  stderr: {done.stderr[-6000:]}")
 
-    def run(self, life: Life, argv: list[str], *, timeout: float, what: str = ""
-            ) -> subprocess.CompletedProcess[str]:
-        """Run a command to completion (killing its whole tree on timeout)."""
+    def start(self, life: Life, argv: list[str], what: str) -> Pending:
+        """Start a command in a session of its own, with this life's environment."""
         proc = subprocess.Popen(argv, cwd=self.work, env=self.env(life), text=True,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
+        self.pending.append(proc)
+        return Pending("", len(self.server.requests), proc, what)
+
+    def wait(self, pending: Pending, timeout: float) -> subprocess.CompletedProcess[str]:
+        """Wait for a started command (killing its whole tree on timeout); record it."""
+        proc = pending.proc
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             proctree.kill_tree(proc.pid, self.marker)
             out, err = proc.communicate()
             err += f"\n[killed by the suite after {timeout} s]"
-        done = subprocess.CompletedProcess(argv, proc.returncode, out, err)
-        self._record(what or " ".join(argv), done)
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        self._record(pending.what, done)
         return done
+
+    def run(self, life: Life, argv: list[str], *, timeout: float, what: str = ""
+            ) -> subprocess.CompletedProcess[str]:
+        """Run a command to completion (killing its whole tree on timeout)."""
+        return self.wait(self.start(life, argv, what or " ".join(argv)), timeout)
 
     def syncengine(self, life: Life, *args: str) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "syncengine", *args]
@@ -173,28 +183,15 @@ class Lab:
         prompt = new_token(f"P{n}-")
         argv = self.harness_argv(life, f"Remember {prompt}.", resume)
         if run:
-            argv = [sys.executable, "-m", "syncengine", "run", "--interval", "1", "--", *argv]
+            argv = [sys.executable, "-m", "syncengine", "run", "--interval", "5", "--", *argv]
         what = f"{self.profile.name} turn {n} ({prompt}){' under syncengine run' if run else ''}"
-        mark = len(self.server.requests)
-        proc = subprocess.Popen(argv, cwd=self.work, env=self.env(life), text=True,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
-        self.pending.append(proc)
-        return Pending(prompt, mark, proc, what)
+        return attrs.evolve(self.start(life, argv, what), prompt=prompt)
 
     def finish(self, pending: Pending, *, timeout: float = TURN_TIMEOUT) -> Turn:
-        """Wait for a turn started with `start_turn` (killing its tree on timeout)."""
-        proc = pending.proc
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proctree.kill_tree(proc.pid, self.marker)
-            out, err = proc.communicate()
-            err += f"\n[killed by the suite after {timeout} s]"
-        self._record(pending.what, subprocess.CompletedProcess(proc.args, proc.returncode,
-                                                               out, err))
+        """Wait for a turn started with `start_turn`; the model requests it made."""
+        done = self.wait(pending, timeout)
         return Turn(pending.prompt, tuple(self.server.model_requests(pending.mark)),
-                    proc.returncode)
+                    done.returncode)
 
     def kill(self, pending: Pending) -> list[int]:
         """SIGKILL the turn's whole process tree, each process by pid; none survives."""

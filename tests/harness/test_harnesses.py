@@ -95,19 +95,22 @@ def test_checkpoint_restart_restore_resume(lab: Lab, problems: list[str]) -> Non
     _fail_on(lab, problems)
 
 
-def test_run_supervises_two_lives(lab: Lab, problems: list[str]) -> None:
+def _first_life_under_run(lab: Lab) -> Turn:
     one = lab.new_life()
     t1 = lab.turn(one, 1, resume=False, run=True)
     _turned(lab, t1, "turn 1 under syncengine run")
+    return t1
+
+
+def test_run_supervises_two_lives(lab: Lab, problems: list[str]) -> None:
+    t1 = _first_life_under_run(lab)
     two = lab.new_life()
     _resumed(lab, problems, lab.turn(two, 2, resume=True, run=True), [t1])
     _fail_on(lab, problems)
 
 
 def test_sigkill_mid_turn_then_restore_and_resume(lab: Lab, problems: list[str]) -> None:
-    one = lab.new_life()
-    t1 = lab.turn(one, 1, resume=False, run=True)
-    _turned(lab, t1, "turn 1 under syncengine run")
+    t1 = _first_life_under_run(lab)
     two = lab.new_life()
     with lab.server.stalled() as held:
         pending = lab.start_turn(two, 2, resume=True, run=True)
@@ -115,7 +118,9 @@ def test_sigkill_mid_turn_then_restore_and_resume(lab: Lab, problems: list[str])
         # a checkpoint while the turn is in flight (the operator's timer), then the
         # container dies: every process of the tree, SIGKILL, each by pid
         _ok(lab, problems, ("checkpoint",), 2)
-        lab.kill(pending)
+        killed = lab.kill(pending)
+    if len(killed) < 2:
+        problems.append(f"the kill found {killed}: not syncengine run and the harness")
     three = lab.new_life()
     _ok(lab, problems, ("restore",), 3)
     _resumed(lab, problems, lab.turn(three, 3, resume=True), [t1])
