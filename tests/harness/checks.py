@@ -10,7 +10,10 @@ or opencode's undo/diff tracking is silently gone.
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,9 @@ class AppServer:
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
         self.n = 0
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, name="codex-app-server", daemon=True)
+        self.reader.start()
         self.call("initialize", {"clientInfo": {"name": "syncengine-tests", "version": "1"}})
         self._send({"jsonrpc": "2.0", "method": "initialized"})
 
@@ -36,24 +42,41 @@ class AppServer:
         self.proc.stdin.write(json.dumps(msg) + "\n")
         self.proc.stdin.flush()
 
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
     def call(self, method: str, params: dict[str, Any]) -> Any:
+        """Send one request; its result (notifications in between are skipped)."""
         self.n += 1
         self._send({"jsonrpc": "2.0", "id": self.n, "method": method, "params": params})
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:  # notifications come in between; bounded by close()
+        deadline = time.monotonic() + SYNCENGINE_TIMEOUT
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"codex app-server: no answer to {method}") from None
+            if line is None:
+                raise AssertionError(f"codex app-server exited during {method}")
             msg = json.loads(line)
             if msg.get("id") == self.n and "method" not in msg:
                 if "error" in msg:
                     raise AssertionError(f"codex app-server {method}: {msg['error']}")
                 return msg.get("result")
-        raise AssertionError(f"codex app-server exited during {method}")
 
     def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()  # end of input: it exits
         try:
-            self.proc.communicate(timeout=SYNCENGINE_TIMEOUT)  # closes stdin: it exits
+            self.proc.wait(timeout=SYNCENGINE_TIMEOUT)
         except subprocess.TimeoutExpired:
             proctree.kill_tree(self.proc.pid, self.lab.marker)
-            self.proc.communicate()
+            self.proc.wait()
+        self.reader.join(timeout=SYNCENGINE_TIMEOUT)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
 
 
 SOURCES = ["cli", "vscode", "exec", "appServer"]
