@@ -216,6 +216,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _journal(engine, args.action, args.session)
         if args.command == "run":
             return _run(engine, args)
+        if args.command == "explain":
+            from syncengine import explain
+            return explain.command(engine, args.adapter, args.paths, args.json)
         if args.command == "verify":
             vrep = engine.verify(args.adapters, sample=args.sample, strict=args.strict,
                                  restart=args.restart, limit=args.max_entries)

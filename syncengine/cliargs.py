@@ -178,6 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("action", choices=("record", "list", "export"))
     j.add_argument("--session", required=True, metavar="ID", help="session id (any text)")
 
+    x = _command(sub, "explain", help="what a checkpoint does with each path of an "
+                 "adapter's live tree, and which rule decided it",
+                 description="For every path of ADAPTER's live tree (or each PATH): "
+                 "publish, segments, snapshot, unlisted-db, companion, link, exclude, "
+                 "special, internal or dir, with the pattern and the file it comes "
+                 "from. Reads the live tree only.")
+    x.add_argument("adapter", metavar="ADAPTER")
+    x.add_argument("paths", nargs="*", metavar="PATH",
+                   help="only these paths (absolute, or relative to the live tree)")
+    x.add_argument("--json", action="store_true", help="machine-readable output")
+
     u = _command(sub, "run", help="restore, run COMMAND, checkpoint until it exits",
                        description="Container entrypoint: restore (COMMAND is not started if "
                        "the restore is incomplete), start COMMAND, checkpoint every interval "

@@ -59,6 +59,7 @@ class SQLiteFile(Exception):
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_MIN_SIZE = 512  # a SQLite database is at least one 512-byte page
 
 
 def open_source(path: str) -> tuple[int, os.stat_result]:
@@ -195,7 +196,7 @@ def upload(store: Store, live_root: str, relpath: str, *, known_hash: int | None
     dest = dest or relpath
     fd, st = open_source(src)
     try:
-        if sniff_sqlite and st.st_size >= 512 and _starts_with_header(fd):
+        if sniff_sqlite and st.st_size >= SQLITE_MIN_SIZE and _starts_with_header(fd):
             raise SQLiteFile(relpath)
         if known_hash is not None and known_size == st.st_size:
             if hash_file(fd, st.st_size, name=src) == known_hash:

@@ -23,7 +23,7 @@ DUR = "state/codex"
 def test_first_checkpoint_publishes_files_with_modes(tree: Tree, cli: CliRunner) -> None:
     tree.write(f"{CODEX}/auth.json", '{"token": "s"}', mode=0o600)
     tree.write(f"{CODEX}/archived_sessions/rollout-1.jsonl", '{"a": 1}\n')
-    tree.write(f"{CODEX}/state_5.sqlite", b"SQLite format 3\x00junk")
+    tree.write(f"{CODEX}/logs_2.sqlite", b"SQLite format 3\x00junk")
     tree.write(f"{CODEX}/cache/blob", "cached")
     cli("checkpoint", check=0)
     durable = tree.data / DUR

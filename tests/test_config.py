@@ -33,12 +33,14 @@ def test_defaults_reproduce_the_design_layout() -> None:
     assert got == {n: (Path("/srv/a") / live, Path("/data") / dur)
                    for n, (live, dur) in LAYOUT.items()}
     codex = cfg.adapter("codex")
-    # The design's exclusions, except that goals/memories databases (which may hold data
-    # that cannot be rebuilt) are snapshotted; the state/logs caches stay excluded.
-    for pattern in ("state_*.sqlite*", "logs_*.sqlite*", "*.db", "*.db-*", "*-wal", "*-shm",
-                    "db-backups", "cache", ".tmp", "mcp-oauth-locks"):
+    # The design's exclusions, except that the databases holding user data (Codex 0.171:
+    # thread names and pins in state_5, goals, memories, queued prompts) are snapshotted;
+    # the logs and the rebuildable thread-history projection stay excluded.
+    for pattern in ("thread_history_*.sqlite*", "logs_*.sqlite*", "*.db", "*.db-*", "*-wal",
+                    "*-shm", "db-backups", "cache", ".tmp", "mcp-oauth-locks"):
         assert pattern in codex.exclude
-    assert codex.sqlite == ("goals_*.sqlite", "memories_*.sqlite")
+    assert codex.sqlite == ("state_*.sqlite", "goals_*.sqlite", "memories_*.sqlite",
+                            "queue_*.sqlite")
 
 
 def test_precedence_env_then_file_then_flag(tmp_path: Path) -> None:

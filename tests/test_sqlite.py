@@ -391,13 +391,15 @@ def test_status_shows_databases_and_library_version(
     assert app["databases"][0]["size"] > 0
 
 
-def test_codex_snapshots_goals_and_memories_but_not_caches(
+def test_codex_snapshots_user_data_but_not_logs_or_projections(
         tree: Tree, cli: CliRunner) -> None:
     home = tree.local / "codex-home"
-    for name in ("goals_1.sqlite", "memories_1.sqlite", "state_5.sqlite", "logs_2.sqlite"):
+    for name in ("goals_1.sqlite", "memories_1.sqlite", "state_5.sqlite", "queue_1.sqlite",
+                 "logs_2.sqlite", "thread_history_1.sqlite"):
         make_db(home / name, 2)
     tree.write("codex-home/history.jsonl", "{}\n")
     cli("checkpoint", "codex", check=0)
     assert durable_files(tree, "codex") == [
-        "checkpoints/goals_1.sqlite", "checkpoints/memories_1.sqlite", "history.jsonl"]
+        "checkpoints/goals_1.sqlite", "checkpoints/memories_1.sqlite",
+        "checkpoints/queue_1.sqlite", "checkpoints/state_5.sqlite", "history.jsonl"]
     assert snapshot_rows(tree, "codex", "goals_1.sqlite") == 2
