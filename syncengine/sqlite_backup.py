@@ -9,26 +9,39 @@ blocks a writer for longer than ``sqlite_busy_timeout``:
   ``readonly_shm=1`` so it never writes the shared-memory file, not even a
   read mark) copies it with the online backup API in one step (``pages=-1``:
   one read transaction, so a busy writer cannot make it restart forever).
-  It opens files through a VFS that never creates a ``-wal`` (SQLite's own
-  read-only open does, with ``O_CREAT``): if the writer closed the database
-  between our look and our open, the open fails and the next try takes the
-  path below, instead of leaving an empty ``-wal`` behind.
+  It opens files through a VFS that opens a ``-wal`` read-only and never
+  creates one (SQLite's own read-only open does, with ``O_CREAT``): if the
+  writer closed the database between our look and our open, the open fails
+  and the next try takes the path below, instead of leaving an empty
+  ``-wal`` behind.  Companions that no process holds (a killed writer's, or
+  those OpenClaw leaves at exit: an empty ``-wal`` and a ``-shm``) are read
+  the same way: SQLite finds nobody serving the ``-shm`` and builds a
+  private wal-index from the ``-wal`` in memory, under a read lock that keeps
+  a writer starting meanwhile from checkpointing.  Closing, SQLite tries an
+  exclusive lock to checkpoint and delete the WAL and ignores the refusal
+  (the file is read-only); through apsw's Python VFS that refusal has to be
+  answered as "busy", or it comes back from ``close()`` as "disk I/O error".
 - A WAL-mode database with a companion missing has no connection open (every
   WAL connection keeps both files).  Opening it, even read-only, would
   create a 0-byte ``-wal`` and a 32 KB ``-shm`` that a read-only connection
   cannot remove.  ``immutable=1`` would not (it also ignores a ``-wal``, and
   trusts that nothing changes the file meanwhile).  So its files (the main
-  file, and a ``-wal`` left by a crash) are copied as bytes into staging,
-  hashing as they go, then read and hashed again: equal hashes, and the same
-  companions present before and after, prove nobody wrote during the copy
-  (a writer that starts creates ``-wal``/``-shm`` first; one that also
-  finishes has checkpointed into the main file, and a page changed after
-  the first read of it differs in the second; only a later write that puts
-  back the exact bytes could hide, which needs two whole writer sessions
-  inside one copy).  Without a ``-wal`` the verified copy is the database;
-  with one, the copy is backed up inside staging, where SQLite recovers the
-  WAL.  If a writer did start, the next try finds its companions and uses
-  its locking instead.
+  file, and a ``-wal`` or ``-journal`` left by a crash) are copied as bytes
+  into staging, hashing as they go, then read and hashed again: equal
+  hashes, and the same companions present before and after, prove nobody
+  wrote during the copy (a writer that starts creates ``-wal``/``-shm``
+  first; one that also finishes has checkpointed into the main file, and a
+  page changed after the first read of it differs in the second; only a
+  later write that puts back the exact bytes could hide, which needs two
+  whole writer sessions inside one copy).  Without a ``-wal`` or
+  ``-journal`` the verified copy is the database; with one, the copy is
+  backed up inside staging, where SQLite recovers the WAL or rolls back the
+  journal.  If a writer did start, the next try finds its companions and
+  uses its locking instead.  The same copy serves a database that a dead
+  process left in a state a read-only connection must not repair: a hot
+  journal (``SQLITE_READONLY_ROLLBACK``: the main file holds uncommitted
+  pages) or a wal-index to rebuild (``SQLITE_READONLY_RECOVERY``,
+  ``_CANTINIT``).
 
 Every copy is then checked with `sqlite_check.check`.  A ``corrupt``
 verdict is an error (the previous snapshot is kept); ``unchecked`` is
@@ -59,6 +72,7 @@ from syncengine.sqlite_check import (
     writer_version,
 )
 
+_LOGS = ("-wal", "-journal")  # the companions that hold data: copied with the database
 QUIET_TRIES = 3  # copies of an unused database that a writer starting meanwhile may spoil
 NO_CREATE_VFS = "syncengine-no-create"
 
@@ -154,8 +168,9 @@ def _backup(db_path: str, dst: str, relpath: str, opts: Options) -> None:
         if quiet is None:
             continue
         try:
-            if os.path.lexists(quiet + "-wal"):  # a crash left a WAL: SQLite recovers it here
-                _copy_with_sqlite(quiet, dst, relpath, opts.busy_timeout, {})
+            if any(os.path.lexists(quiet + s) for s in _LOGS):
+                # a crash left a WAL or a hot journal: SQLite recovers or rolls back here
+                _copy_with_sqlite(quiet, dst, relpath, opts.busy_timeout, {}, private=True)
                 _keep_writer(dst, writer_version(header))
             else:  # the main file alone is the database, verified unchanged while copied
                 os.rename(quiet, dst)
@@ -187,7 +202,34 @@ def _keep_writer(path: str, source: int | None) -> None:
 
 
 class _Closed(Exception):
-    """The database's -wal or -shm went away between looking and opening."""
+    """No process serves the database the way SQLite's locking expects.
+
+    Its -wal or -shm went away between looking and opening, or it is left as a
+    process that died left it: a hot journal to roll back, a wal-index to
+    rebuild.  A read-only connection can do neither (SQLITE_READONLY_ROLLBACK,
+    _RECOVERY, _CANTINIT); the verified byte copy can, in staging.
+    """
+
+
+def _unserved(exc: Exception) -> bool:
+    import apsw
+
+    return getattr(exc, "extendedresult", None) in (
+        apsw.SQLITE_READONLY_ROLLBACK, apsw.SQLITE_READONLY_RECOVERY,
+        apsw.SQLITE_READONLY_CANTINIT)
+
+
+def _reason(exc: Exception) -> str:
+    """SQLite's message with its extended result code's name (a backup step that failed
+    on its source says "not an error": the message is the destination's)."""
+    import apsw
+
+    code = getattr(exc, "extendedresult", None)
+    name = str(apsw.mapping_extended_result_codes.get(code, "")) if code is not None else ""
+    text = str(exc)
+    if not name:
+        return text
+    return name if text in ("", "not an error") else f"{text} ({name})"
 
 
 _vfs: list[object] = []  # the registered VFS, kept alive for the process
@@ -195,7 +237,13 @@ _vfs_lock = threading.Lock()
 
 
 def _no_create_vfs() -> str:
-    """The name of a VFS like the default one whose open never creates a -wal."""
+    """The name of a VFS like the default one that opens a -wal read-only, never creating it.
+
+    Through apsw's Python VFS an error that SQLite itself ignores still
+    reaches the caller as an exception (apsw clears only "busy"), hence the
+    lock translation below.  The -shm is opened by SQLite (``readonly_shm``:
+    read-only), below this layer.
+    """
     import apsw
 
     class File(apsw.VFSFile):
@@ -216,8 +264,9 @@ def _no_create_vfs() -> str:
 
         def xOpen(self, name: str | apsw.URIFilename | None, flags: list[int]
                   ) -> apsw.VFSFile:
-            if flags[0] & apsw.SQLITE_OPEN_WAL:
-                flags[0] &= ~apsw.SQLITE_OPEN_CREATE
+            if flags[0] & apsw.SQLITE_OPEN_WAL:  # SQLite asks read-write and create
+                flags[0] &= ~(apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_READWRITE)
+                flags[0] |= apsw.SQLITE_OPEN_READONLY  # so the kernel refuses any write too
             return File("", name, flags)
 
     with _vfs_lock:
@@ -227,12 +276,16 @@ def _no_create_vfs() -> str:
 
 
 def _copy_with_sqlite(src_path: str, dst: str, relpath: str, timeout: float,
-                      params: dict[str, str]) -> None:
-    """One-step online backup of `src_path` (opened read-only) into a new file `dst`."""
+                      params: dict[str, str], *, private: bool = False) -> None:
+    """One-step online backup of `src_path` (opened read-only) into a new file `dst`.
+
+    `private`: `src_path` is our own copy in staging, opened read-write so that
+    SQLite can roll back its hot journal or rebuild its wal-index there.
+    """
     import apsw
 
     try:
-        with connect(src_path, timeout=timeout, params=params) as src, \
+        with connect(src_path, timeout=timeout, params=params, readonly=not private) as src, \
                 connect(dst, timeout=timeout, readonly=False) as out:
             # a staging copy needs no crash safety of its own: the store makes what it
             # publishes durable, and a killed run's copies are swept
@@ -248,12 +301,13 @@ def _copy_with_sqlite(src_path: str, dst: str, relpath: str, timeout: float,
     except apsw.Error as exc:
         if not os.path.lexists(src_path):
             raise Vanished(relpath) from exc
-        if "vfs" in params and isinstance(exc, (apsw.CantOpenError, apsw.IOError)):
+        gone = "vfs" in params and isinstance(exc, (apsw.CantOpenError, apsw.IOError))
+        if not private and (gone or _unserved(exc)):
             # its -wal or -shm was removed after we looked (opening or locking the -shm of
-            # a writer that is closing fails): look again
-            raise _Closed(str(exc)) from exc
-        raise SourceError(relpath, "snapshot", f"cannot read the database: {exc}; the "
-                          "previous snapshot is kept") from exc
+            # a writer that is closing fails), or a dead process left it to be recovered
+            raise _Closed(_reason(exc)) from exc
+        raise SourceError(relpath, "snapshot", f"cannot read the database: {_reason(exc)}; "
+                          "the previous snapshot is kept") from exc
 
 
 def _quiet_copy(db_path: str, relpath: str, staging: Path) -> str | None:
@@ -262,7 +316,7 @@ def _quiet_copy(db_path: str, relpath: str, staging: Path) -> str | None:
     base = os.fspath(staging / f"{os.urandom(8).hex()}.quiet.db")
     try:
         same = all(_copy_and_compare(db_path + s, base + s, relpath)
-                   for s in ("", "-wal") if not s or present[s])
+                   for s in ("", *_LOGS) if not s or present[s])
         if same and {s: os.path.lexists(db_path + s) for s in COMPANIONS} == present:
             return base
     except BaseException:
@@ -289,8 +343,8 @@ def _copy_and_compare(src: str, dst: str, relpath: str) -> bool:
         finally:
             os.close(fd)
     except FileNotFoundError:
-        if src.endswith("-wal"):
-            return False  # the WAL went away: a writer closed meanwhile
+        if src.endswith(_LOGS):
+            return False  # a writer closed (or rolled back) meanwhile
         raise Vanished(relpath) from None
     except DurableError as exc:  # stream() names its sink "durable": here it is staging
         raise SourceError(relpath, "snapshot", f"cannot write the staging copy: {exc}") from exc

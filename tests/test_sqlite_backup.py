@@ -6,6 +6,7 @@ the engine's, as a harness is); they report over stdout, never by timing.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
 import subprocess
@@ -25,12 +26,14 @@ CONFIG = {"adapters": [], "sqlite_busy_timeout": 2.0,
                        "sqlite": ["app.db"]}]}
 
 
-def listing(d: Path) -> dict[str, tuple[int, int]]:
-    """Name -> (size, mtime_ns) of every entry, and the directory's own mtime under "."."""
-    out = {".": (0, d.stat().st_mtime_ns)}
+def listing(d: Path) -> dict[str, tuple[int, int, str]]:
+    """Name -> (size, mtime_ns, content digest) of every entry, and the directory's own
+    mtime under "."."""
+    out = {".": (0, d.stat().st_mtime_ns, "")}
     for name in os.listdir(d):
         st = os.lstat(d / name)
-        out[name] = (st.st_size, st.st_mtime_ns)
+        out[name] = (st.st_size, st.st_mtime_ns,
+                     hashlib.sha256((d / name).read_bytes()).hexdigest())
     return out
 
 
@@ -101,25 +104,30 @@ con.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
 con.execute("BEGIN")
 con.executemany("INSERT INTO t(v) VALUES (?)", [("x" * 300,)] * 25)
 con.execute("COMMIT")  # committed in the -wal only
+if sys.argv[2] == "truncated":  # as OpenClaw leaves its session store when it exits:
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all in the main file, an empty -wal,
+    os._exit(0)  # and a -shm whose wal-index says so; no close
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-@pytest.mark.parametrize("left_by", ["read-only reader", "killed writer"])
+@pytest.mark.parametrize("left_by", ["read-only reader", "killed writer",
+                                     "writer exiting without close"])
 def test_companions_no_process_uses_are_read_and_left_alone(
         tree: Tree, cli: CliRunner, cfg: str, left_by: str) -> None:
     db = tree.local / "app" / "app.db"
-    if left_by == "killed writer":
-        db.parent.mkdir(parents=True)
-        proc = subprocess.run([sys.executable, "-c", KILLED, str(db)], timeout=60)
-        assert proc.returncode == -9
-        rows = 25
-    else:  # Python's own SQLite leaves an empty -wal and a -shm after a read-only read
+    if left_by == "read-only reader":  # Python's own SQLite leaves an empty -wal and a -shm
         make_db(db, 20)
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         con.execute("SELECT count(*) FROM t").fetchall()
         con.close()
         rows = 20
+    else:
+        db.parent.mkdir(parents=True)
+        how = "killed" if left_by == "killed writer" else "truncated"
+        proc = subprocess.run([sys.executable, "-c", KILLED, str(db), how], timeout=60)
+        assert proc.returncode == (-9 if how == "killed" else 0)
+        rows = 25
     assert sorted(os.listdir(db.parent)) == ["app.db", "app.db-shm", "app.db-wal"]
     before = listing(db.parent)
     opts = sqlite_backup.Options(staging=tree.base / "staging", quarantine=tree.base / "q")
@@ -130,6 +138,89 @@ def test_companions_no_process_uses_are_read_and_left_alone(
     cli("--config", cfg, "checkpoint", check=0)
     assert listing(db.parent) == before
     assert snapshot_count(tree) == rows
+
+
+HOT = r"""
+import os, signal, sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None)  # rollback-journal mode
+con.execute("PRAGMA cache_size=1")  # the open transaction spills into the main file
+con.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+con.execute("BEGIN")
+con.executemany("INSERT INTO t(v) VALUES (?)", [("x" * 300,)] * 20)
+con.execute("COMMIT")
+con.execute("BEGIN")
+con.executemany("INSERT INTO t(v) VALUES (?)", [("y" * 3000,)] * 200)
+os.kill(os.getpid(), signal.SIGKILL)  # a hot journal: the main file has uncommitted pages
+"""
+
+
+def test_a_hot_journal_of_a_killed_writer_is_rolled_back_in_staging_only(
+        tree: Tree, cli: CliRunner, cfg: str) -> None:
+    db = tree.local / "app" / "app.db"
+    db.parent.mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-c", HOT, str(db)], timeout=60)
+    assert proc.returncode == -9
+    assert sorted(os.listdir(db.parent)) == ["app.db", "app.db-journal"]
+    before = listing(db.parent)
+    cli("--config", cfg, "checkpoint", check=0)
+    assert listing(db.parent) == before  # the live file still needs its rollback
+    assert snapshot_count(tree) == 20  # the last committed state
+
+
+BUSY = r"""
+import random, select, sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("PRAGMA journal_mode=WAL")
+con.execute("PRAGMA synchronous=NORMAL")
+con.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, n INTEGER, v TEXT)")
+con.execute("CREATE TABLE c(k INTEGER)")
+con.execute("BEGIN")
+con.executemany("INSERT INTO t(n, v) VALUES (0, ?)", [("x" * 300,)] * 2000)
+con.execute("INSERT INTO c VALUES (0)")
+con.execute("COMMIT")
+k = 0
+while not select.select([sys.stdin], [], [], 0)[0]:
+    con.execute("BEGIN")  # ten rows and the counter, one transaction
+    for _ in range(10):
+        con.execute("UPDATE t SET n = n + 1 WHERE id = ?", (random.randint(1, 2000),))
+    con.execute("UPDATE c SET k = k + 1")
+    con.execute("COMMIT")
+    k += 1
+    if k == 100:
+        print("busy", flush=True)
+sys.stdin.readline()
+print("stopped", k, flush=True)
+con.close()
+"""
+
+
+@pytest.fixture
+def busy(tree: Tree) -> Iterator[Child]:
+    db = tree.local / "app" / "app.db"
+    db.parent.mkdir(parents=True)
+    child = Child(BUSY, str(db), ready="busy")
+    yield child
+    child.stop()
+
+
+def test_a_writer_committing_all_the_time_is_snapshotted_through_its_locks(
+        tree: Tree, engine: EngineFactory, busy: Child) -> None:
+    # Its files change all the time: each snapshot, taken beside it through SQLite's
+    # locking, still holds whole transactions only (the counter matches the rows).
+    eng = engine(CONFIG)
+    seen = []
+    for _ in range(3):
+        report = eng.checkpoint()
+        assert report.ok, report.errors
+        rows = query_snapshot(tree.data / "state/app/checkpoints/app.db", tree.base,
+                              "SELECT (SELECT sum(n) FROM t), (SELECT k FROM c)")
+        total, commits = (int(str(v)) for v in rows[0])
+        assert total == 10 * commits  # whole transactions only
+        seen.append(commits)
+    assert seen == sorted(seen)
+    commits = int(busy.stop().split()[1])
+    assert commits >= seen[-1]
+    assert sorted(os.listdir(tree.local / "app")) == ["app.db"]  # the writer's close
 
 
 OPENER = r"""
