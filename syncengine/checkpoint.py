@@ -217,7 +217,7 @@ def _execute(state: AdapterState, work: sqlite_pass.Sorted,
             if isinstance(item, AppendSegments | Compact):
                 return segments.publish(state.store, os.fspath(state.live), item.path,
                                         state.index, final=final,
-                                        compact=isinstance(item, Compact))
+                                        compact=isinstance(item, Compact), recent_ns=recent)
             rec = state.index.get(item.path)
             known = trust_hashes and rec is not None and rec.kind == "file"
             return upload(state.store, os.fspath(state.live), item.path,

@@ -222,21 +222,28 @@ def _check_copy(fd: int, st: os.stat_result, size: int, digest: int, recent_ns: 
     Raise `Changed` when it is not (a writer overwrote part of the file in place
     or truncated it during the copy: the copy mixes old and new bytes).  Return
     True when the file moved on harmlessly (appended past the copy, touched):
-    publish it, but do not record it as clean.  An unchanged size, mtime and
-    ctime prove nothing was written only when the file's last change (ctime,
-    which no one can set) is older than `recent_ns`: a write in the same
-    timestamp tick leaves them all equal.  Otherwise the copied range is read
-    again and its hash compared (borg re-stats; this also catches the tick).
+    publish it, but do not record it as clean.  Unless the stats prove that
+    nothing was written (`unwritten`), the copied range is read again and its
+    hash compared (borg re-stats; this also catches the timestamp tick).
     """
     after = os.fstat(fd)
     if size != st.st_size or after.st_size < size:
         raise Changed(relpath, "truncated while it was copied")
-    moved = _sig(after) != _sig(st)
-    if not moved and (recent_ns is None or st.st_ctime_ns < recent_ns):
+    if unwritten(st, after, recent_ns):
         return False
     if hash_file(fd, size, name=src) != digest:
         raise Changed(relpath, "rewritten in place while it was copied")
-    return moved
+    return _sig(after) != _sig(st)
+
+
+def unwritten(st: os.stat_result, after: os.stat_result, recent_ns: int | None) -> bool:
+    """Whether two stats of an open file prove that nothing was written between them.
+
+    Only when size, mtime and ctime are equal and the last change (ctime, which
+    no one can set) is older than `recent_ns`: a write in the same timestamp
+    tick leaves them all equal.
+    """
+    return _sig(after) == _sig(st) and (recent_ns is None or st.st_ctime_ns < recent_ns)
 
 
 def _starts_with_header(fd: int) -> bool:
@@ -253,4 +260,4 @@ def _close(tmp: Staged, st: os.stat_result, store: Store, relpath: str) -> None:
 
 __all__ = ["SQLITE_HEADER", "Changed", "Copied", "DurableError", "NotRegular", "Published",
            "SQLiteFile", "SourceError", "Vanished", "hash_file", "link_hash", "open_source",
-           "stream", "upload"]
+           "stream", "unwritten", "upload"]

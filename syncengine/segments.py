@@ -10,7 +10,14 @@ closed once and never rewritten.
 A checkpoint reads the live file from the start to check that the published
 prefix is unchanged (same inode, not shorter, same hash), then publishes the
 complete lines after it as one new segment; a trailing partial line waits,
-except in a final checkpoint.  Such an append needs no manifest object: the
+except in a final checkpoint.  The new bytes are read twice (hashed, then
+copied and compared), and the prefix is hashed again after them unless the
+file's stat proves that nothing was written meanwhile: a beginning
+overwritten in place while the segment was copied would otherwise pair the
+old published beginning with bytes the new one came with, and a restore
+before the next pass would bring back a file that never existed.  Such a
+copy is discarded before it is closed (`Changed`); the next pass sees the
+rewrite and starts a new chain.  Such an append needs no manifest object: the
 segment's name places it (checkpoint.py decides when a manifest object is
 written, and then records the chain).  Anything but a pure append starts a
 new chain with a fresh base, as does compaction (a chain longer than
@@ -32,7 +39,7 @@ import attrs
 import xxhash
 
 from syncengine.chain import LOCAL, SEG_DIR, chain_dir, object_name
-from syncengine.copier import Copied, _close, open_source, stream
+from syncengine.copier import Changed, Copied, _close, hash_file, open_source, stream, unwritten
 from syncengine.errors import SourceError
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
@@ -86,12 +93,18 @@ def _last_newline_end(fd: int, start: int, size: int) -> int:
 
 
 def publish(store: Store, live_root: str, relpath: str, index: Index, *, final: bool,
-            compact: bool) -> Logged:
-    """Checkpoint one log: a new segment, a new chain, or nothing (see module doc)."""
+            compact: bool, recent_ns: int | None = None) -> Logged:
+    """Checkpoint one log: a new segment, a new chain, or nothing (see module doc).
+
+    `recent_ns`: the time after which a write may share a timestamp tick with
+    this pass (`copier.unwritten`).  Raises `Changed` when the published prefix
+    was rewritten in place while the new segment was copied.
+    """
     src = f"{live_root}/{relpath}"
     fd, st = open_source(src)
     try:
-        return _publish(store, fd, st, src, relpath, index, final=final, compact=compact)
+        return _publish(store, fd, st, src, relpath, index, final=final, compact=compact,
+                        recent_ns=recent_ns)
     except OSError as exc:
         raise SourceError(relpath, "read", exc.strerror or str(exc)) from exc
     finally:
@@ -99,7 +112,7 @@ def publish(store: Store, live_root: str, relpath: str, index: Index, *, final: 
 
 
 def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, index: Index,
-             *, final: bool, compact: bool) -> Logged:
+             *, final: bool, compact: bool, recent_ns: int | None) -> Logged:
     rec = index.get(relpath)
     old = index.extras.get(relpath, {}) if rec is not None and rec.kind == "segments" else {}
     lens: list[int] = list(old.get("lens", ()))
@@ -152,6 +165,10 @@ def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, 
                           dst_name=f"{store.root}/{name}")
         if n != cut - start or again != own.intdigest():
             raise Waiting("changed while reading")
+        if (not why and rec is not None and not unwritten(st, os.fstat(fd), recent_ns)
+                and hash_file(fd, covered, name=src) != rec.hash64):
+            raise Changed(relpath, "its published beginning was rewritten in place while "
+                          "the new segment was copied")
         _close(tmp, st, store, name)
         store.publish(tmp, name)
     after = os.fstat(fd)

@@ -9,6 +9,7 @@ it has the old beginning and the new end, bytes the file never held together.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -93,3 +94,63 @@ def test_rewrite_in_place_during_the_copy_keeps_the_previous_durable_copy(
         assert f.read() == b"C" * MARK
     assert durable.stat().st_size == SIZE
     assert files(tree.backing / "state/codex").keys() == {"big.bin"}
+
+
+LOG = f"{CODEX}/sessions/rollout-1.jsonl"  # codex's segments pattern: a log of segments
+
+
+def _lines(fill: bytes, first: int, count: int) -> bytes:
+    return b"".join(b'{"n": %06d, "v": "%s"}\n' % (i, fill * 40)
+                    for i in range(first, first + count))
+
+
+def test_a_log_rewritten_in_place_while_its_new_segment_is_copied_publishes_nothing(
+        tree: Tree, cli: CliRunner) -> None:
+    live = tree.write(LOG, _lines(b"A", 0, 100))
+    cli("checkpoint", "codex", check=0)  # the chain's base: A lines
+    covered = live.stat().st_size
+    with open(live, "ab") as f:
+        f.write(_lines(b"B", 100, 50))  # appended: the next pass publishes one segment
+    rewritten = _lines(b"C", 0, 150)  # then the whole log rewritten in place, same size
+    try:
+        gate = ReadGate(live)
+    except OSError as exc:
+        pytest.skip(f"fanotify permission events unavailable (root, "
+                    f"CONFIG_FANOTIFY_ACCESS_PERMISSIONS): {exc}")
+    with gate:
+        proc = subprocess.Popen([sys.executable, "-m", "syncengine", "-v", "checkpoint",
+                                 "codex"], env=tree.env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        pidfd = os.pidfd_open(proc.pid)
+        try:
+            held = None
+            while held is None:  # let reads through until the published prefix was checked
+                reads = gate.wait(120, pidfd)
+                assert reads, "the checkpoint ended (or hung) before reading the new lines"
+                for read in reads:
+                    if held is None and (offset(proc.pid, live) or 0) >= covered:
+                        held = read
+                    else:
+                        gate.allow(read)
+            with open(live, "r+b") as f:  # no truncate: in place, while the pass waits
+                f.write(rewritten)
+            gate.allow(held)
+        except BaseException:
+            proc.kill()
+            proc.communicate()
+            raise
+        finally:
+            os.close(pidfd)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    restored = tree.base / "restored"
+
+    def restore() -> bytes:  # into a new container: an empty local root
+        shutil.rmtree(restored, ignore_errors=True)
+        cli("restore", "codex", env=tree.env(AM_LOCAL=str(restored)), check=0)
+        return (restored / LOG).read_bytes()
+
+    assert restore() == _lines(b"A", 0, 100)  # the last published state, not A + C
+    assert "copy.changed adapter=codex path=sessions/rollout-1.jsonl" in err
+    cli("checkpoint", "codex", check=0)  # the next pass sees the rewrite: a new chain
+    assert restore() == rewritten
