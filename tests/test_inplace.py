@@ -1,4 +1,5 @@
-"""A file rewritten in place while a checkpoint copies it is never published as a mix.
+"""A file rewritten in place while a checkpoint copies it is never published as a mix;
+nor is a log whose published beginning is rewritten while its new segment is copied.
 
 The checkpoint runs as its own process; a read gate (tests/readgate.py) holds
 its copy after the first chunk, a second process overwrites the beginning and
@@ -12,6 +13,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -48,39 +51,14 @@ def test_rewrite_in_place_during_the_copy_keeps_the_previous_durable_copy(
     live = tree.write(f"{CODEX}/big.bin", b"A" * 100)
     cli("checkpoint", "codex", check=0)
     _version(live, b"B")  # version B: a new size, so it is copied without hashing first
-    try:
-        gate = ReadGate(live)
-    except OSError as exc:
-        pytest.skip(f"fanotify permission events unavailable (root, "
-                    f"CONFIG_FANOTIFY_ACCESS_PERMISSIONS): {exc}")
-    with gate:
-        proc = subprocess.Popen([sys.executable, "-m", "syncengine", "-v", "checkpoint",
-                                 "codex"], env=tree.env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        pidfd = os.pidfd_open(proc.pid)
-        try:
-            held = None
-            while held is None:  # let reads through until the copy has read its first chunk
-                reads = gate.wait(120, pidfd)
-                assert reads, "the checkpoint ended (or hung) before copying the file"
-                for read in reads:
-                    if held is None and (offset(proc.pid, live) or 0) >= CHUNK:
-                        held = read
-                    else:
-                        gate.allow(read)
-            pos = offset(proc.pid, live)
-            assert pos is not None and CHUNK <= pos < SIZE - MARK  # mid-copy, end not read
-            subprocess.run([sys.executable, "-c", REWRITE, str(live), str(SIZE), str(MARK)],
-                           check=True, timeout=60)
-            gate.allow(held)
-        except BaseException:
-            proc.kill()  # never leave the checkpoint running when the test fails
-            proc.communicate()
-            raise
-        finally:
-            os.close(pidfd)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+
+    def rewrite(pos: int | None) -> None:
+        assert pos is not None and CHUNK <= pos < SIZE - MARK  # mid-copy, end not read
+        subprocess.run([sys.executable, "-c", REWRITE, str(live), str(SIZE), str(MARK)],
+                       check=True, timeout=60)
+
+    # let reads through until the copy has read its first chunk
+    out, err = _checkpoint_held(tree, live, CHUNK, rewrite)
     assert "copy.changed adapter=codex path=big.bin" in err
     assert "1 changed while copied (taken again next pass)" in out
     durable = tree.backing / "state/codex/big.bin"
@@ -112,6 +90,31 @@ def test_a_log_rewritten_in_place_while_its_new_segment_is_copied_publishes_noth
     with open(live, "ab") as f:
         f.write(_lines(b"B", 100, 50))  # appended: the next pass publishes one segment
     rewritten = _lines(b"C", 0, 150)  # then the whole log rewritten in place, same size
+
+    def rewrite(pos: int | None) -> None:
+        with open(live, "r+b") as f:  # no truncate: in place, while the pass waits
+            f.write(rewritten)
+
+    # held once the published prefix was checked, before the new lines are read
+    _, err = _checkpoint_held(tree, live, covered, rewrite)
+    restored = tree.base / "restored"
+
+    def restore() -> bytes:  # into a new container: an empty local root
+        shutil.rmtree(restored, ignore_errors=True)
+        cli("restore", "codex", env=tree.env(AM_LOCAL=str(restored)), check=0)
+        return (restored / LOG).read_bytes()
+
+    assert restore() == _lines(b"A", 0, 100)  # the last published state, not A + C
+    assert "copy.changed adapter=codex path=sessions/rollout-1.jsonl" in err
+    cli("checkpoint", "codex", check=0)  # the next pass sees the rewrite: a new chain
+    assert restore() == rewritten
+
+
+def _checkpoint_held(tree: Tree, live: Path, at: int,
+                     meanwhile: Callable[[int | None], None]) -> tuple[str, str]:
+    """`syncengine -v checkpoint codex` in its own process, its reads of `live` held at the
+    first one from offset `at` on while `meanwhile(offset)` runs; its (stdout, stderr),
+    once it exited 0."""
     try:
         gate = ReadGate(live)
     except OSError as exc:
@@ -124,33 +127,22 @@ def test_a_log_rewritten_in_place_while_its_new_segment_is_copied_publishes_noth
         pidfd = os.pidfd_open(proc.pid)
         try:
             held = None
-            while held is None:  # let reads through until the published prefix was checked
+            while held is None:
                 reads = gate.wait(120, pidfd)
-                assert reads, "the checkpoint ended (or hung) before reading the new lines"
+                assert reads, "the checkpoint ended (or hung) before reading that far"
                 for read in reads:
-                    if held is None and (offset(proc.pid, live) or 0) >= covered:
+                    if held is None and (offset(proc.pid, live) or 0) >= at:
                         held = read
                     else:
                         gate.allow(read)
-            with open(live, "r+b") as f:  # no truncate: in place, while the pass waits
-                f.write(rewritten)
+            meanwhile(offset(proc.pid, live))
             gate.allow(held)
         except BaseException:
-            proc.kill()
+            proc.kill()  # never leave the checkpoint running when the test fails
             proc.communicate()
             raise
         finally:
             os.close(pidfd)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    restored = tree.base / "restored"
-
-    def restore() -> bytes:  # into a new container: an empty local root
-        shutil.rmtree(restored, ignore_errors=True)
-        cli("restore", "codex", env=tree.env(AM_LOCAL=str(restored)), check=0)
-        return (restored / LOG).read_bytes()
-
-    assert restore() == _lines(b"A", 0, 100)  # the last published state, not A + C
-    assert "copy.changed adapter=codex path=sessions/rollout-1.jsonl" in err
-    cli("checkpoint", "codex", check=0)  # the next pass sees the rewrite: a new chain
-    assert restore() == rewritten
+    return out, err

@@ -194,19 +194,24 @@ con.close()
 """
 
 
-@pytest.fixture
-def busy(tree: Tree) -> Iterator[Child]:
+def _writer(tree: Tree, script: str, ready: str) -> Iterator[Child]:
+    """`script` running on app/app.db in another process until the test ends."""
     db = tree.local / "app" / "app.db"
     db.parent.mkdir(parents=True)
-    child = Child(BUSY, str(db), ready="busy")
+    child = Child(script, str(db), ready=ready)
     yield child
     child.stop()
 
 
-def test_a_writer_committing_all_the_time_is_snapshotted_through_its_locks(
+@pytest.fixture
+def busy(tree: Tree) -> Iterator[Child]:
+    yield from _writer(tree, BUSY, "busy")
+
+
+def test_snapshots_beside_a_writer_committing_all_the_time_hold_whole_transactions(
         tree: Tree, engine: EngineFactory, busy: Child) -> None:
-    # Its files change all the time: each snapshot, taken beside it through SQLite's
-    # locking, still holds whole transactions only (the counter matches the rows).
+    # Its files change all the time; each snapshot still holds whole transactions only
+    # (the counter matches the rows), and none fails.
     eng = engine(CONFIG)
     seen = []
     for _ in range(3):
@@ -245,11 +250,7 @@ print("stopped", n, flush=True)
 
 @pytest.fixture
 def opener(tree: Tree) -> Iterator[Child]:
-    db = tree.local / "app" / "app.db"
-    db.parent.mkdir(parents=True)
-    child = Child(OPENER, str(db), ready="running")
-    yield child
-    child.stop()
+    yield from _writer(tree, OPENER, "running")
 
 
 @pytest.mark.dir_only("about the live side: snapshots of a database whose writer comes and goes")
