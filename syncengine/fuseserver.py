@@ -85,17 +85,22 @@ def _argv(pid: int) -> tuple[str, ...]:
     return tuple(os.fsdecode(a) for a in raw.split(b"\0")[:-1])
 
 
-def _local_path(arg: str, cwd: str) -> str:
-    """`arg` as an absolute path, resolving symlinks above its last part only (never a
-    lookup on the mount itself)."""
-    path = os.path.normpath(os.path.join(cwd, arg))
-    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-
-
 def _names(argv: tuple[str, ...], cwd: str, mount_point: str) -> bool:
+    """Whether an argument (``PATH`` or ``--flag=PATH``) is the mount point.  Symlinks are
+    resolved above the last part only, and never for a path under the mount point: a
+    lookup there would be an operation on the mount."""
+    base = os.path.basename(mount_point.rstrip("/"))
     for arg in argv[1:]:
         value = arg.partition("=")[2] if arg.startswith("-") else arg
-        if value and not value.startswith("-") and _local_path(value, cwd) == mount_point:
+        if not value or value.startswith("-"):
+            continue
+        path = os.path.normpath(os.path.join(cwd, value))
+        if path == mount_point:
+            return True
+        if os.path.basename(path) != base or path.startswith(mount_point.rstrip("/") + "/"):
+            continue
+        parent = os.path.realpath(os.path.dirname(path))
+        if os.path.join(parent, base) == mount_point:
             return True
     return False
 
