@@ -83,6 +83,7 @@ class Engine:
         self._uploads: writeback.Uploads | None = None  # for self._caps's mount instance
         self._jobs: int | None = None
         self._unseeded: set[str] = set()  # fresh indexes not yet rebuilt from the manifest
+        self._restored_fresh: set[str] = set()  # indexes this engine's restore built whole
         self.notices = Notices()  # a path's repeated warning is said once per engine
 
     @classmethod
@@ -305,7 +306,8 @@ class Engine:
         kept, healthy = [], False
         for state in states:
             try:
-                if force or seeding.due(self.config.state_dir, state.name, now):
+                forced = force and state.name not in self._restored_fresh
+                if forced or seeding.due(self.config.state_dir, state.name, now):
                     if not healthy:  # an unmounted root must never look like an empty bucket
                         self._check_durable_root()
                         healthy = True
@@ -318,6 +320,13 @@ class Engine:
                 continue
             kept.append(state)
         return kept
+
+    def _remember_checked(self, name: str) -> None:
+        from syncengine import seed as seeding
+
+        seeding.remember(self.config.state_dir, name, probe.instance(self.config.durable_root),
+                         self.clock())
+        self._restored_fresh.add(name)
 
     def check_durable(self, adapters: Sequence[str] | None = None) -> None:
         """Compare each adapter's durable side with its index now, whatever was checked
@@ -365,6 +374,7 @@ class Engine:
         t0 = time.monotonic()
         try:
             state = self._state(spec)
+            fresh = spec.name in self._unseeded
             self._unseeded.discard(spec.name)  # restore reads the manifest itself
             if not state.store.exists():  # local databases are still checked (sqlite_restore)
                 log.info("restore.nothing adapter=%s durable=%s (no checkpoint yet)", spec.name,
@@ -378,6 +388,8 @@ class Engine:
             log.info("restore.start adapter=%s entries=%d source=%s", spec.name, len(entries),
                      source)
             rep = restore.run(state, actions, jobs=self._copy_jobs(), progress=self.progress)
+            if fresh:  # built from what the durable side holds now: it cannot be ahead of it
+                self._remember_checked(spec.name)
         except DurableError as exc:
             return AdapterReport(spec.name, fatal=str(exc))
         # A manifest that lost information cannot prove the tree is whole: a server
