@@ -286,20 +286,27 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
             if self.args.write_back is not None:
                 self._acknowledge(h)
                 return
-            dest = self._real(h.path)
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.staging)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(h.buf)
-                    os.fchmod(f.fileno(), h.mode)
-                os.replace(tmp, dest)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            self._write_backing(h.path, h.buf, h.mode)
             h.dirty = False
         self.count("commit")
+
+    def _write_backing(self, path: str, data: bytes | bytearray, mode: int,
+                       mtime_ns: int | None = None) -> None:
+        """Replace PATH's object in BACKING at once (a temp file, then os.replace)."""
+        dest = self._real(path)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.staging)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                os.fchmod(f.fileno(), mode)
+            if mtime_ns is not None:
+                os.utime(tmp, ns=(mtime_ns, mtime_ns))
+            os.replace(tmp, dest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def _acknowledge(self, h: WriteHandle) -> None:
         """Write-back mode: the close succeeds now, the bucket gets the bytes later."""
@@ -318,19 +325,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         self.uploads.remove(u)
         if u.dropped:
             return
-        dest = self._real(u.path)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.staging)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(u.data)
-                os.fchmod(f.fileno(), u.mode)
-            os.utime(tmp, ns=(u.mtime_ns, u.mtime_ns))
-            os.replace(tmp, dest)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        self._write_backing(u.path, u.data, u.mode, u.mtime_ns)
         self.count("commit")
 
     def _upload_loop(self) -> None:

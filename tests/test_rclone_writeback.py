@@ -10,64 +10,28 @@ the next one must notice and publish it again.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from syncengine.probe import probe
-from tests.conftest import REPO
 from tests.helpers import files
 from tests.rclone_mount import RcloneMount
-
-CONFIG = """\
-adapters = []
-[[adapter]]
-name = "x"
-live = "x"
-durable = "state/x"
-segments = ["sessions/*.jsonl"]
-"""
+from tests.test_rclone import Deployment
 
 
-class Deployment:
-    """A live tree on local disk, its durable root on an rclone mount, and the CLI."""
+def write_tree(d: Deployment, n: int) -> None:
+    for i in range(n):
+        d.write(f"d{i % 4}/f{i:02d}.json", f'{{"file": {i}}}\n' * (i + 1))
+    d.write("sessions/t.jsonl", '{"turn": 1}\n')
 
-    def __init__(self, base: Path, rclone: RcloneMount) -> None:
-        self.base, self.rclone = base, rclone
-        self.live = base / "local" / "x"
-        self.config = base / "syncengine.toml"
-        self.config.write_text(CONFIG)
 
-    def write_tree(self, n: int) -> None:
-        for i in range(n):
-            path = self.live / f"d{i % 4}" / f"f{i:02d}.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(f'{{"file": {i}}}\n' * (i + 1))
-        (self.live / "sessions").mkdir(exist_ok=True)
-        with open(self.live / "sessions" / "t.jsonl", "a") as f:
-            f.write('{"turn": 1}\n')
-
-    def cli(self, *args: str, data: Path | None = None, local: Path | None = None,
-            check: int = 0) -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCENGINE_")}
-        env.update(AM_LOCAL=str(local or self.base / "local"),
-                   DATA_DIR=str(data or self.rclone.mountpoint),
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
-        proc = subprocess.run([sys.executable, "-m", "syncengine", "--config", str(self.config),
-                               *args], env=env, capture_output=True, text=True, timeout=180,
-                              cwd=self.base)
-        assert proc.returncode == check, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-        return proc
-
-    def restored_from_bucket(self) -> dict[str, bytes]:
-        """A restore into an empty tree straight from the backing directory (the bucket)."""
-        target = self.base / "restored"
-        shutil.rmtree(target, ignore_errors=True)
-        self.cli("restore", data=self.rclone.backing, local=target)
-        return files(target / "x")
+def restored_from_bucket(d: Deployment) -> dict[str, bytes]:
+    """A restore into an empty tree straight from the backing directory (the bucket)."""
+    target = d.base / "restored"
+    shutil.rmtree(target, ignore_errors=True)
+    d.cli("restore", data=d.rclone.backing, local=target)
+    return files(target / "x")
 
 
 def test_probe_recognises_rclone_write_back_and_its_remote_control(
@@ -90,7 +54,7 @@ def test_rclone_killed_with_its_cache_right_after_a_checkpoint_is_noticed(
     its write-back delay (5 s), remounted.  The next checkpoint must notice and publish them
     again; status must say what a write-back mount without a remote control means."""
     d = Deployment(tmp_path, rclone_factory("writes"))
-    d.write_tree(20)
+    write_tree(d, 20)
     d.cli("checkpoint")
     expected = files(d.live)
     d.rclone.kill()
@@ -101,7 +65,7 @@ def test_rclone_killed_with_its_cache_right_after_a_checkpoint_is_noticed(
     status = d.cli("status").stdout
     assert "WARNING: write-back mount, rclone" in status and "loss window" in status, status
     d.rclone.settle()  # land what rclone holds in its cache
-    assert d.restored_from_bucket() == expected
+    assert restored_from_bucket(d) == expected
 
 
 def test_a_checkpoint_returns_once_rclone_reports_its_uploads_done(
@@ -110,7 +74,7 @@ def test_a_checkpoint_returns_once_rclone_reports_its_uploads_done(
     right after a checkpoint returns, the bucket holds every file it published; after a
     final checkpoint it holds the manifest too, so a restore from the bucket is whole."""
     d = Deployment(tmp_path, rclone_factory("writes", rc=True, write_back="2s"))
-    d.write_tree(12)
+    write_tree(d, 12)
     d.cli("checkpoint")
     bucket = d.rclone.backing / "state/x"
     live = {k: v for k, v in files(d.live).items() if not k.startswith("sessions/")}
@@ -119,4 +83,4 @@ def test_a_checkpoint_returns_once_rclone_reports_its_uploads_done(
     assert f"remote control at {d.rclone.rc_addr} reports its uploads done" in status, status
     (d.live / "d0" / "f00.json").write_text("changed\n")
     d.cli("checkpoint", "--final")
-    assert d.restored_from_bucket() == files(d.live)
+    assert restored_from_bucket(d) == files(d.live)
