@@ -165,7 +165,7 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
             confirmed = state.store.confirm()  # a write-back mount: in the bucket now?
             if entries:
                 name, recorded = _write_manifest(state, entries, started_ns)
-                if final:  # the container stops next: its manifest object too
+                if final and confirmed:  # the container stops next: its manifest too
                     state.store.confirm()
         except NameTaken:  # the manifest is ahead of this index: never continue from it
             state.index_path.unlink(missing_ok=True)

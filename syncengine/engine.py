@@ -84,6 +84,7 @@ class Engine:
         self._jobs: int | None = None
         self._unseeded: set[str] = set()  # fresh indexes not yet rebuilt from the manifest
         self._restored_fresh: set[str] = set()  # indexes this engine's restore built whole
+        self._checked: dict[str, str] = {}  # adapter -> mount instance checked (seed.due)
         self.notices = Notices()  # a path's repeated warning is said once per engine
 
     @classmethod
@@ -307,7 +308,8 @@ class Engine:
         for state in states:
             try:
                 forced = force and state.name not in self._restored_fresh
-                if forced or seeding.due(self.config.state_dir, state.name, now):
+                if forced or (self._checked.get(state.name) != now
+                              and seeding.due(self.config.state_dir, state.name, now)):
                     if not healthy:  # an unmounted root must never look like an empty bucket
                         self._check_durable_root()
                         healthy = True
@@ -315,6 +317,7 @@ class Engine:
                         seeding.check(state, now)
                         self._indexes[state.name] = state.index
                     seeding.remember(self.config.state_dir, state.name, now, self.clock())
+                self._checked[state.name] = now
             except DurableError as exc:
                 reports.append(AdapterReport(state.name, fatal=str(exc)))
                 continue
@@ -324,8 +327,9 @@ class Engine:
     def _remember_checked(self, name: str) -> None:
         from syncengine import seed as seeding
 
-        seeding.remember(self.config.state_dir, name, probe.instance(self.config.durable_root),
-                         self.clock())
+        now = probe.instance(self.config.durable_root)
+        seeding.remember(self.config.state_dir, name, now, self.clock())
+        self._checked[name] = now
         self._restored_fresh.add(name)
 
     def check_durable(self, adapters: Sequence[str] | None = None) -> None:
