@@ -93,7 +93,8 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
             **{k: v for k, v in st.items() if k != "adapter"},
         })
     keys = ("local_root", "durable_root", "state_dir", "interval", "jobs",
-            "sqlite_busy_timeout", "rescan_interval", "journal_dir", "require_mount")
+            "sqlite_busy_timeout", "rescan_interval", "journal_dir", "require_mount",
+            "write_back", "rclone_rc", "confirm_timeout")
     shown = {k: [_plain(getattr(cfg, k)), cfg.sources.get(k)] for k in keys}
     shown["adapters"] = [[s.name for s in cfg.adapters], cfg.sources.get("adapters")]
     return {
@@ -171,9 +172,12 @@ def write_back(cfg: Config) -> dict[str, Any] | None:
         "syncengine cannot ask it when they have. If the mount dies with uploads pending, "
         f"they are lost: the loss window is the mount's write-back delay ({delay}) plus the "
         f"interval ({cfg.interval:g}s), longer while uploads queue. Each start compares the "
-        "bucket with the index and publishes again what is missing. To have each checkpoint "
-        "confirmed, run rclone with --rc --rc-addr 127.0.0.1:5572, or with "
-        "--vfs-cache-mode off (README: write-back mounts)")}
+        "bucket with the index and publishes again what is missing. " + (
+            "To have each checkpoint confirmed, run rclone with --rc --rc-addr "
+            "127.0.0.1:5572 (no --rc-user), or with --vfs-cache-mode off"
+            if caps.client == "rclone" else
+            "Use a mount that uploads during close, or rclone with its remote control")
+        + " (README: Write-back mounts)")}
 
 
 def _sqlite_version() -> dict[str, Any]:
