@@ -107,8 +107,10 @@ class Setup:
     def checkpoint(self, full: bool = False) -> float:
         if self.tool == "syncengine":
             cfg = self.config(self.live.parent, self.state)
-            return run([sys.executable, "-m", "syncengine", "--config", str(cfg), "-q",
-                        "checkpoint"], env={**os.environ, "PYTHONPATH": str(REPO)})
+            with open(self.dir / "checkpoint.log", "w") as log:  # -v: the durable.* lines
+                return run([sys.executable, "-m", "syncengine", "--config", str(cfg), "-v",
+                            "checkpoint"], env={**os.environ, "PYTHONPATH": str(REPO)},
+                           stderr=log)
         if self.tool == "rsync -a":
             self.durable.mkdir(parents=True, exist_ok=True)
             return run(["rsync", "-a", f"{self.live}/", f"{self.durable}/"])
@@ -154,6 +156,14 @@ def timed_on(mount: BucketMount, setup: Setup, action: Callable[[], float], what
                      if after.get(k, 0) != before.get(k, 0)}
 
 
+def _check_seconds(log: Path) -> float:
+    """The start check's duration from a checkpoint's -v log (0 when it did not run)."""
+    for line in log.read_text().splitlines():
+        if "durable.checked " in line:
+            return float(line.rpartition("seconds=")[2].split()[0])
+    return 0.0
+
+
 def tree(work: Path, files: int) -> Path:
     live = work / f"tree-{files}" / "live"
     if not live.exists():
@@ -175,12 +185,14 @@ def bench(work: Path, large: int, small: int, reps: int, sizes: list[int], peer_
             time.sleep(1.1)  # changes never share a timestamp tick with the marker
             idle, changed, idle_ops, changed_ops = [], [], {}, {}
             start: list[float] = []
+            check: list[float] = []  # the start check's own time (its durable.checked line)
             start_ops: dict[str, int] = {}
             for r in range(reps if tool == "syncengine" else peer_reps):
                 with s.mount(latency=True) as mount:  # a new mount instance: a start
                     if tool == "syncengine":
                         t, start_ops = timed_on(mount, s, s.checkpoint, "start (idle)")
                         start.append(t)
+                        check.append(_check_seconds(s.dir / "checkpoint.log"))
                     t, idle_ops = timed_on(mount, s, s.checkpoint, "idle")
                     idle.append(t)
                     mutate(live, min(100, len(candidates)), seed=1000 * files + r,
@@ -190,7 +202,8 @@ def bench(work: Path, large: int, small: int, reps: int, sizes: list[int], peer_
                 time.sleep(1.1)
             curve[tool][files] = statistics.median(changed)
             if files == large and start:
-                rows.append({"scenario": f"start (idle, first after a mount), {files} files",
+                rows.append({"scenario": f"start (idle, first after a mount; the check itself "
+                                         f"{statistics.median(check):.3f} s), {files} files",
                              "tool": tool, "median_s": statistics.median(start),
                              "ops": start_ops})
             if files == large:

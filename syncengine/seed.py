@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 
 from syncengine import behind, manifest, savefile, segments, sqlite
@@ -95,8 +96,12 @@ def check(state: AdapterState, instance: str) -> list[str]:
     seq = int(index.meta.get("manifest_seq", 0))
     if not seq and not behind.pending(index.meta):
         return []
+    t0 = time.monotonic()
     problems = behind.sequence_problems(manifest.list_objects(state.store), seq)
     found = behind.audit(state.store, index, instance)
+    log.info("durable.checked adapter=%s seq=%d unconfirmed=%d missing=%d seconds=%.3f",
+             state.name, seq, len(behind.pending(index.meta)),
+             len(problems) + len(found.missing), time.monotonic() - t0)
     if problems:
         still = {p: r for p, r in behind.pending(index.meta).items()
                  if p not in found.missing and p not in found.settled}
