@@ -498,7 +498,8 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         opened = self._truncated_open(path, fh) if length == 0 else None
         if opened is not None:  # the second half of open(O_TRUNC) without atomic O_TRUNC
             pending = self.pending.pop(opened)
-            h, st = self._writer(pending.path), self._lstat(pending.path)
+            h = self._writer(pending.path) or self._pending(pending.path)
+            st = self._lstat(pending.path)
             uid, gid, _ = mfusepy.fuse_get_context()
             mode = h.mode if h else stat.S_IMODE(st.st_mode) if st else 0o644
             self.writers[opened] = WriteHandle(pending.path, mode, uid, gid, pending.opener)
