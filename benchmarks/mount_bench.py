@@ -8,7 +8,11 @@ operation, 50 ms per directory listing, 30 ms per commit) and, unless
 counts its operations.  Trees come from gen_tree.generate(); changes from gen_tree.mutate().
 Scenarios, each tool in the same run, median of --reps:
 
-- ``idle``: a checkpoint of the large tree when nothing changed;
+- ``start``: syncengine only, the first checkpoint of the large tree after the
+  mount was (re)mounted, nothing changed: a start, so it compares the durable
+  manifest with the local index (issue 17: one listing of the manifest folder);
+- ``idle``: a checkpoint of the large tree when nothing changed, on the same
+  mount right after ``start``;
 - ``changed``: a checkpoint after 100 files of the large tree got one line;
 - ``full``: a first checkpoint of the small tree into an empty bucket;
 - ``restore``: a restore of the small tree from the bucket into an empty dir.
@@ -103,8 +107,10 @@ class Setup:
     def checkpoint(self, full: bool = False) -> float:
         if self.tool == "syncengine":
             cfg = self.config(self.live.parent, self.state)
-            return run([sys.executable, "-m", "syncengine", "--config", str(cfg), "-q",
-                        "checkpoint"], env={**os.environ, "PYTHONPATH": str(REPO)})
+            with open(self.dir / "checkpoint.log", "w") as log:  # -v: the durable.* lines
+                return run([sys.executable, "-m", "syncengine", "--config", str(cfg), "-v",
+                            "checkpoint"], env={**os.environ, "PYTHONPATH": str(REPO)},
+                           stderr=log)
         if self.tool == "rsync -a":
             self.durable.mkdir(parents=True, exist_ok=True)
             return run(["rsync", "-a", f"{self.live}/", f"{self.durable}/"])
@@ -136,13 +142,26 @@ STARTED = time.monotonic()
 def timed(setup: Setup, action: Callable[[], float], what: str = ""
           ) -> tuple[float, dict[str, int]]:
     with setup.mount(latency=True) as mount:
-        before = mount.stats()
-        seconds = action()
-        after = mount.stats()
+        return timed_on(mount, setup, action, what)
+
+
+def timed_on(mount: BucketMount, setup: Setup, action: Callable[[], float], what: str = ""
+             ) -> tuple[float, dict[str, int]]:
+    before = mount.stats()
+    seconds = action()
+    after = mount.stats()
     print(f"[{time.monotonic() - STARTED:7.0f} s] {setup.dir.parent.name} {setup.tool}: {what} "
           f"{seconds:.3f} s", file=sys.stderr, flush=True)
     return seconds, {k: after.get(k, 0) - before.get(k, 0) for k in after
                      if after.get(k, 0) != before.get(k, 0)}
+
+
+def _check_seconds(log: Path) -> float:
+    """The start check's duration from a checkpoint's -v log (0 when it did not run)."""
+    for line in log.read_text().splitlines():
+        if "durable.checked " in line:
+            return float(line.rpartition("seconds=")[2].split()[0])
+    return 0.0
 
 
 def tree(work: Path, files: int) -> Path:
@@ -165,15 +184,28 @@ def bench(work: Path, large: int, small: int, reps: int, sizes: list[int], peer_
             s.seed()
             time.sleep(1.1)  # changes never share a timestamp tick with the marker
             idle, changed, idle_ops, changed_ops = [], [], {}, {}
+            start: list[float] = []
+            check: list[float] = []  # the start check's own time (its durable.checked line)
+            start_ops: dict[str, int] = {}
             for r in range(reps if tool == "syncengine" else peer_reps):
-                t, idle_ops = timed(s, s.checkpoint, "idle")
-                idle.append(t)
-                mutate(live, min(100, len(candidates)), seed=1000 * files + r,
-                       candidates=candidates)
-                t, changed_ops = timed(s, s.checkpoint, "100 changed")
-                changed.append(t)
+                with s.mount(latency=True) as mount:  # a new mount instance: a start
+                    if tool == "syncengine":
+                        t, start_ops = timed_on(mount, s, s.checkpoint, "start (idle)")
+                        start.append(t)
+                        check.append(_check_seconds(s.dir / "checkpoint.log"))
+                    t, idle_ops = timed_on(mount, s, s.checkpoint, "idle")
+                    idle.append(t)
+                    mutate(live, min(100, len(candidates)), seed=1000 * files + r,
+                           candidates=candidates)
+                    t, changed_ops = timed_on(mount, s, s.checkpoint, "100 changed")
+                    changed.append(t)
                 time.sleep(1.1)
             curve[tool][files] = statistics.median(changed)
+            if files == large and start:
+                rows.append({"scenario": f"start (idle, first after a mount; the check itself "
+                                         f"{statistics.median(check):.3f} s), {files} files",
+                             "tool": tool, "median_s": statistics.median(start),
+                             "ops": start_ops})
             if files == large:
                 rows.append({"scenario": f"idle, {files} files", "tool": tool,
                              "median_s": statistics.median(idle), "ops": idle_ops})

@@ -5,8 +5,10 @@ SQLite database into local staging (`sqlite_pass`: a database snapshot must
 never be newer than the transcript it indexes, so it is taken before any
 file of the pass is read); then publish every changed file and staged
 snapshot as a closed object (in parallel, so per-file latency on the mount
-overlaps), flush the durable filesystem once, write one manifest object
-naming what was published, and only then update the local index.  A pass that only appended
+overlaps), flush the durable filesystem once, on a write-back mount wait
+until it confirms the uploads (behind.py keeps what it could not confirm),
+write one manifest object naming what was published, and only then update
+the local index.  A pass that only appended
 segments to logs writes no manifest object (`manifest_entries` decides).  If
 the durable side fails part-way, the index is not advanced, so the next pass
 takes the same files again; nothing already durable is lost.  An idle pass
@@ -23,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from syncengine import manifest, segments, sqlite, sqlite_pass
+from syncengine import behind, manifest, segments, sqlite, sqlite_pass
 from syncengine.copier import (
     Changed,
     Copied,
@@ -156,11 +158,15 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     name = None
     entries = manifest_entries(state.index, published, final) if fatal is None else []
     recorded: list[Entry] = []
+    confirmed = True
     if fatal is None and (published or entries):
         try:
             state.store.barrier()  # what the index records next must survive a power loss
+            confirmed = state.store.confirm()  # a write-back mount: in the bucket now?
             if entries:
                 name, recorded = _write_manifest(state, entries, started_ns)
+                if final and confirmed:  # the container stops next: its manifest too
+                    state.store.confirm()
         except NameTaken:  # the manifest is ahead of this index: never continue from it
             state.index_path.unlink(missing_ok=True)
             if trust_hashes:
@@ -176,6 +182,8 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     if fatal is None:
         _apply(state.index, done, started_ns)
         segments.mark_recorded(state.index, recorded)
+        behind.after_pass(state.index, (_entry(d) for d in published), confirmed,
+                          state.store.instance, keeps_mtime=state.store.keeps_mtime)
         failed = {e.path for e in errors}
         _record_companions(state, [a.path for a in actions if isinstance(a, SkipCompanion)
                                    and a.database not in failed], recent)

@@ -103,6 +103,9 @@ def _print_status(status: dict[str, Any]) -> None:
               f"{caps.get('fstype') or 'unknown fs'}): {caps['summary']}")
     else:
         print("durable root probe: not yet (runs at the first checkpoint that writes)")
+    wb = status.get("write_back")
+    if wb:
+        print(f"  {'' if wb['confirmed'] else 'WARNING: '}{wb['text']}")
     restore = status.get("restore")
     if restore:
         state = "complete" if restore.get("complete") else "INCOMPLETE"
@@ -132,6 +135,9 @@ def _print_status(status: dict[str, Any]) -> None:
               f"last pass published {a.get('last_files', 0)} file(s), "
               f"{a.get('last_bytes', 0)} bytes; total {a.get('total_files', 0)} file(s), "
               f"{a.get('total_bytes', 0)} bytes; {a['indexed_files']} indexed")
+        if a.get("unconfirmed"):
+            print(f"    {a['unconfirmed']} path(s) published through the write-back mount and "
+                  "not confirmed in the bucket (checked again at the next start)")
         for db in a.get("databases", []):
             print(f"    database {db['path']}: last snapshot {_fmt_time(db.get('snapshot_ns'))}, "
                   f"{db.get('size', 0)} bytes")

@@ -30,13 +30,15 @@ from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
     {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs",
-     "journal_dir", "sqlite_busy_timeout", "rescan_interval", "gc", "require_mount"}
+     "journal_dir", "sqlite_busy_timeout", "rescan_interval", "gc", "require_mount",
+     "write_back", "rclone_rc", "confirm_timeout"}
 )
 GC_KEYS = frozenset({"absent_passes", "grace_seconds", "min_present_ratio", "staging_seconds"})
 DEFAULT_INTERVAL = 15.0
 DEFAULT_JOBS = 8
 DEFAULT_SQLITE_BUSY_TIMEOUT = 2.0
 DEFAULT_RESCAN_INTERVAL = 600.0
+DEFAULT_CONFIRM_TIMEOUT = 60.0  # seconds a pass waits for a write-back mount's uploads
 # What a number may be: (smallest, largest, whole number).  Bounds keep a typo from
 # becoming a busy loop (interval 0) or a timer that never fires (inf overflows a wait).
 RANGES: dict[str, tuple[float, float, bool]] = {
@@ -48,6 +50,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "grace_seconds": (0.0, math.inf, False),
     "min_present_ratio": (0.0, 1.0, False),
     "staging_seconds": (0.0, math.inf, False),
+    "confirm_timeout": (0.0, 3600.0, False),
 }
 
 
@@ -77,6 +80,9 @@ class Config:
     sources: Mapping[str, str] = attrs.field(factory=dict)
     journal_dir: Path | None = None  # None: <durable_root>/journal
     gc: GcConfig = GcConfig()
+    write_back: bool | None = None  # None: detect (writeback.CLIENTS); else as declared
+    rclone_rc: str | None = None  # None: from the mount's command line
+    confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT
 
     def adapter(self, name: str) -> AdapterSpec:
         for spec in self.adapters:
@@ -193,11 +199,31 @@ def config_from_dict(
     specs = _adapter_specs(layers, local_root, durable_root)
     check_overlaps(specs, state_dir)
     gc = _gc_config(raw.get("gc", {}), origin)
+    write_back, rclone_rc = _write_back(layers)
+    confirm = layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)
     return Config(local_root=local_root, durable_root=durable_root, state_dir=state_dir,
                   adapters=specs, interval=float(interval), jobs=jobs,
                   sqlite_busy_timeout=float(busy), rescan_interval=float(rescan),
                   sources=dict(layers.sources), journal_dir=journal_dir, gc=gc,
-                  require_mount=require_mount)
+                  require_mount=require_mount, write_back=write_back, rclone_rc=rclone_rc,
+                  confirm_timeout=float(confirm))
+
+
+def _write_back(layers: _Layers) -> tuple[bool | None, str | None]:
+    """`write_back` (true, false or "auto") and `rclone_rc` (host:port, no login)."""
+    declared = layers.get("write_back", None, "auto")
+    if declared not in (True, False, "auto"):
+        raise ConfigError(f"{layers.sources['write_back']}: write_back must be true, false or "
+                          f'"auto" (detect from the mount), not {declared!r}')
+    rc = layers.get("rclone_rc", None, None)
+    if rc is not None and (not isinstance(rc, str) or not rc.strip() or "@" in rc
+                           or any(c.isspace() for c in rc)):
+        raise ConfigError(
+            f"{layers.sources['rclone_rc']}: rclone_rc must be the address of rclone's "
+            "remote control, such as \"127.0.0.1:5572\", with no login in it (run rclone "
+            "with --rc --rc-addr 127.0.0.1:5572 and no --rc-user: syncengine reads only "
+            "vfs/stats, which needs none)")
+    return (None if declared == "auto" else bool(declared)), rc
 
 
 def check_number(where: str, key: str, value: Any) -> float:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import attrs
 
-from syncengine import probe, status
+from syncengine import probe, status, writeback
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.errors import (
     ConfigError,
@@ -80,8 +80,11 @@ class Engine:
         self._indexes: dict[str, Index] = {}
         self._recheck: dict[str, set[str]] = {}
         self._caps: probe.Capabilities | None = None
+        self._uploads: writeback.Uploads | None = None  # for self._caps's mount instance
         self._jobs: int | None = None
         self._unseeded: set[str] = set()  # fresh indexes not yet rebuilt from the manifest
+        self._restored_fresh: set[str] = set()  # indexes this engine's restore built whole
+        self._checked: dict[str, str] = {}  # adapter -> mount instance checked (seed.due)
         self.notices = Notices()  # a path's repeated warning is said once per engine
 
     @classmethod
@@ -213,6 +216,8 @@ class Engine:
                 states.append(self._state(spec))
             except DurableError as exc:
                 reports.append(AdapterReport(spec.name, fatal=str(exc)))
+        if not dry_run:
+            states = self._start_checks(states, reports)
         jobs = self._scan_jobs(states, started)
         full = [j for j in jobs if hints.get(j.name) is None]
         results = scan(full, workers=self.scan_workers) if full else {}
@@ -292,6 +297,59 @@ class Engine:
                                  duration_s=time.monotonic() - t0))
         return reports
 
+    def _start_checks(self, states: list[AdapterState], reports: list[AdapterReport], *,
+                      force: bool = False) -> list[AdapterState]:
+        """The index against the durable side, for each adapter at a start (a new mount
+        instance since its last check, or `force`): see `syncengine.seed`."""
+        from syncengine import seed as seeding
+
+        now = probe.instance(self.config.durable_root)
+        kept, healthy = [], False
+        for state in states:
+            try:
+                forced = force and state.name not in self._restored_fresh
+                if forced or (self._checked.get(state.name) != now
+                              and seeding.due(self.config.state_dir, state.name, now)):
+                    if not healthy:  # an unmounted root must never look like an empty bucket
+                        self._check_durable_root()
+                        healthy = True
+                    if state.name not in self._unseeded:
+                        seeding.check(state, now)
+                        self._indexes[state.name] = state.index
+                    seeding.remember(self.config.state_dir, state.name, now, self.clock())
+                self._checked[state.name] = now
+            except DurableError as exc:
+                reports.append(AdapterReport(state.name, fatal=str(exc)))
+                continue
+            kept.append(state)
+        return kept
+
+    def _remember_checked(self, name: str) -> None:
+        from syncengine import seed as seeding
+
+        now = probe.instance(self.config.durable_root)
+        seeding.remember(self.config.state_dir, name, now, self.clock())
+        self._checked[name] = now
+        self._restored_fresh.add(name)
+
+    def check_durable(self, adapters: Sequence[str] | None = None) -> None:
+        """Compare each adapter's durable side with its index now, whatever was checked
+        before (the `Runner` at start; see `syncengine.seed`)."""
+        with StateLock(self.config.state_dir, wait=True):
+            reports: list[AdapterReport] = []
+            states = []
+            for spec in self.config.select(adapters):
+                try:
+                    states.append(self._state(spec))
+                except DurableError as exc:
+                    reports.append(AdapterReport(spec.name, fatal=str(exc)))
+            try:
+                self._start_checks(states, reports, force=True)
+            except OSError as exc:
+                raise self.os_error("check the durable side", exc) from exc
+        for rep in reports:
+            log.error("durable.check-failed adapter=%s error=%s", rep.name, rep.fatal)
+
     def restore(self, adapters: Sequence[str] | None = None, *, dry_run: bool = False
                 ) -> Report:
         """Fill each adapter's live tree from its durable checkpoint (never older over newer)."""
@@ -320,6 +378,7 @@ class Engine:
         t0 = time.monotonic()
         try:
             state = self._state(spec)
+            fresh = spec.name in self._unseeded
             self._unseeded.discard(spec.name)  # restore reads the manifest itself
             if not state.store.exists():  # local databases are still checked (sqlite_restore)
                 log.info("restore.nothing adapter=%s durable=%s (no checkpoint yet)", spec.name,
@@ -333,6 +392,8 @@ class Engine:
             log.info("restore.start adapter=%s entries=%d source=%s", spec.name, len(entries),
                      source)
             rep = restore.run(state, actions, jobs=self._copy_jobs(), progress=self.progress)
+            if fresh:  # built from what the durable side holds now: it cannot be ahead of it
+                self._remember_checked(spec.name)
         except DurableError as exc:
             return AdapterReport(spec.name, fatal=str(exc))
         # A manifest that lost information cannot prove the tree is whole: a server
@@ -374,14 +435,18 @@ class Engine:
     def _prepare_store(self, store: Store) -> None:
         caps = self._durable_ready()
         store.configure(rename_supported=caps.rename_supported,
-                        attrs_after_close=caps.attrs_after_close)
+                        attrs_after_close=caps.attrs_after_close,
+                        keeps_mtime=caps.set_mtime or caps.attrs_on_handle, uploads=self._uploads)
 
     def _durable_ready(self) -> probe.Capabilities:
-        """Health-check the durable root and learn what it supports (once per Engine run)."""
+        """Health-check the durable root and learn what it supports (once per mount
+        instance: a remounted client is probed again)."""
         self._check_durable_root()
-        if self._caps is None:
-            self._caps = probe.capabilities(self.config.durable_root, self.config.state_dir)
-            log.info("probe.durable root=%s %s", self.config.durable_root, self._caps.describe())
+        root = self.config.durable_root
+        if self._caps is None or self._caps.instance != probe.instance(root):
+            self._caps = probe.capabilities(root, self.config.state_dir)
+            self._uploads = writeback.uploads(self._caps, self.config)
+            log.info("probe.durable root=%s %s", root, self._caps.describe())
         return self._caps
 
     def export(self, path: str, out: BinaryIO, *, adapter: str | None = None) -> int:

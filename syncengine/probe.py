@@ -10,7 +10,12 @@ content visible at once under it; do mode and mtime set on an open handle
 survive its commit, and can they be set by name afterwards; is an append to an
 existing file refused (an object-store mount in streaming mode: EPERM at open
 like hf-mount, or at close like rclone without a VFS cache).  Each question is
-one check in `CHECKS`; an error a check does not expect stops the probe.
+one check in `CHECKS`; an error a check does not expect stops the probe.  And
+one question no trial can answer: does the mount acknowledge a close before the
+bucket has the object (a write-back mount)?  That comes from what the system
+tells about the client serving it (`writeback.CLIENTS`, from the mount type and
+the serving process's command line: `fuseserver`).  The cache is keyed by the
+mount instance (`fuseserver.instance`), so a remounted client is probed again.
 
 The health check turns a durable root that is missing, not a mount point
 where one is required (``require_mount``), no longer the mount it was when
@@ -33,7 +38,7 @@ from typing import Any
 import attrs
 import xxhash
 
-from syncengine import savefile
+from syncengine import fuseserver, savefile, writeback
 from syncengine.errors import DurableError, durable_error
 
 SCRATCH = ".syncengine-probe"
@@ -117,7 +122,14 @@ class Capabilities:
     mounted: bool = False
     mount: str = ""
     fstype: str = ""
+    source: str = ""  # the mount's source (rclone names its remote so)
     probed_ns: int = 0
+    instance: str = ""  # fuseserver.instance when probed
+    write_back: bool = False  # close returns before the bucket has the object
+    client: str = ""  # the FUSE client recognised (writeback.CLIENTS), if any
+    client_detail: str = ""
+    write_back_delay_s: float | None = None
+    rclone_rc: str | None = None  # rclone's remote control, from its command line
 
     @property
     def rename_supported(self) -> bool:
@@ -139,6 +151,10 @@ class Capabilities:
             parts.append("attributes set after close")
         parts.append("appends refused (object-store streaming mode)" if self.append_refused
                      else "appends allowed")
+        if self.client:
+            parts.append(f"{self.client}: {self.client_detail}")
+        if self.write_back:
+            parts.append("WRITE-BACK: close returns before the bucket has the object")
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -190,10 +206,15 @@ def check_root(root: Path, *, require_mount: bool, state_dir: Path | None = None
         raise DurableError(f"durable root {root} is not a directory")
 
 
+def instance(root: Path) -> str:
+    """The mount instance holding `root` (`fuseserver.instance`; /proc reads only)."""
+    return fuseserver.instance(mount_of(root))
+
+
 def capabilities(root: Path, state_dir: Path) -> Capabilities:
-    """The cached probe result for `root` if the same mount still holds it, else a new probe."""
-    info = mount_of(root)
-    key = info.key if info else ""
+    """The cached probe result for `root` if the same mount instance still holds it, else a
+    new probe."""
+    key = instance(root)
     cached = read_cache(state_dir, root)
     if cached and cached.get("mount_key") == key and cached.get("root") == str(root):
         known = Capabilities.from_json(cached)
@@ -275,7 +296,19 @@ def probe(root: Path) -> Capabilities:
         _clean(scratch, (trial.a, trial.b))
     return Capabilities(mounted=info is not None and info.mount_point == os.path.abspath(root),
                         mount=info.mount_point if info else "", fstype=info.fstype if info else "",
-                        probed_ns=time.time_ns(), **trial.found)
+                        source=info.source if info else "", probed_ns=time.time_ns(),
+                        instance=fuseserver.instance(info), **trial.found, **_client(info))
+
+
+def _client(info: MountInfo | None) -> dict[str, Any]:
+    """What `writeback.CLIENTS` say about the mount: Capabilities fields."""
+    server = fuseserver.find_server(info) if info is not None else None
+    verdict = writeback.detect(info, server)
+    if verdict is None:
+        return {}
+    return {"client": verdict.client, "client_detail": verdict.detail,
+            "write_back": verdict.write_back, "write_back_delay_s": verdict.delay_s,
+            "rclone_rc": verdict.rclone_rc}
 
 
 def _write(path: Path, data: bytes, *, attrs_on_handle: bool) -> bool:

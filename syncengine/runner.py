@@ -64,7 +64,8 @@ def describe_start(report: Report, config: Config, interval: float, mode: str) -
 
 
 class Runner:
-    """Restore, then checkpoint every `interval` seconds in a thread; final pass on stop."""
+    """Restore, check the durable side against the index, then checkpoint every
+    `interval` seconds in a thread; final pass on stop."""
 
     def __init__(self, engine: Engine | Config, *, interval: float | None = None,
                  watch: bool = True, rescan_interval: float | None = None) -> None:
@@ -102,6 +103,9 @@ class Runner:
             exc = Incomplete("restore incomplete, not starting:\n" + describe_failure(report))
             exc.report = report  # type: ignore[attr-defined]
             raise exc
+        # The index must not be ahead of the bucket (a write-back mount that lost uploads):
+        # compared now, so the first pass publishes again what the bucket lacks.
+        self.engine.check_durable()
         if self.watcher is not None:
             self.watcher.start()
         self._stop.clear()

@@ -5,6 +5,7 @@ Owns the files under ``state_dir`` that ``syncengine status`` reads:
 (after each restore; ``complete`` gates ``syncengine run`` and ``gc``),
 ``daemon.json`` (written by the runner) and the cached mount probe.  Building
 the report reads local files only: status never touches the durable side.
+It also owns what status says about a write-back mount (`write_back`).
 """
 
 from __future__ import annotations
@@ -87,16 +88,19 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
             "origin": spec.origin, "exclude": list(matchers[spec.name].patterns),
             "live_exists": spec.live.is_dir(),
             "indexed_files": len(idx) if idx is not None else 0,
+            "unconfirmed": len(idx.meta.get("unconfirmed") or {}) if idx is not None else 0,
             "databases": _databases(idx) if idx is not None else [],
             **{k: v for k, v in st.items() if k != "adapter"},
         })
     keys = ("local_root", "durable_root", "state_dir", "interval", "jobs",
-            "sqlite_busy_timeout", "rescan_interval", "journal_dir", "require_mount")
+            "sqlite_busy_timeout", "rescan_interval", "journal_dir", "require_mount",
+            "write_back", "rclone_rc", "confirm_timeout")
     shown = {k: [_plain(getattr(cfg, k)), cfg.sources.get(k)] for k in keys}
     shown["adapters"] = [[s.name for s in cfg.adapters], cfg.sources.get("adapters")]
     return {
         "config": shown,
         "durable_probe": _probe_status(cfg.state_dir, cfg.durable_root),
+        "write_back": write_back(cfg),
         "restore": read_json(cfg.state_dir / "restore.json") or None,
         "sqlite": _sqlite_version(),
         "daemon": daemon or None,
@@ -144,6 +148,36 @@ def _probe_status(state_dir: Path, root: Path) -> dict[str, Any] | None:
     if caps is None:
         return None
     return {**cached, "summary": caps.describe(), "rename_supported": caps.rename_supported}
+
+
+def write_back(cfg: Config) -> dict[str, Any] | None:
+    """What a write-back mount means for durability (None: close is the upload, or not
+    probed yet): ``confirmed`` whether each pass waits for the mount's own report."""
+    cached = probe.read_cache(cfg.state_dir, cfg.durable_root)
+    caps = probe.Capabilities.from_json(cached) if cached else None
+    if caps is None or not (caps.write_back if cfg.write_back is None else cfg.write_back):
+        return None
+    who = (f"{caps.client} ({caps.client_detail})" if caps.write_back and caps.client else
+           "declared in the configuration (write_back = true)")
+    rc = cfg.rclone_rc or caps.rclone_rc
+    if rc and cfg.confirm_timeout > 0:
+        return {"confirmed": True, "text": (
+            f"write-back mount, {who}: it acknowledges writes before they reach the bucket; "
+            f"each checkpoint waits (up to {cfg.confirm_timeout:g}s) until rclone's remote "
+            f"control at {rc} reports its uploads done before recording them")}
+    delay = (f"{caps.write_back_delay_s:g}s" if caps.write_back_delay_s is not None
+             else "unknown")
+    return {"confirmed": False, "text": (
+        f"write-back mount, {who}: it acknowledges writes before they reach the bucket, and "
+        "syncengine cannot ask it when they have. If the mount dies with uploads pending, "
+        f"they are lost: the loss window is the mount's write-back delay ({delay}) plus the "
+        f"interval ({cfg.interval:g}s), longer while uploads queue. Each start compares the "
+        "bucket with the index and publishes again what is missing. " + (
+            "To have each checkpoint confirmed, run rclone with --rc --rc-addr "
+            "127.0.0.1:5572 (no --rc-user), or with --vfs-cache-mode off"
+            if caps.client == "rclone" else
+            "Use a mount that uploads during close, or rclone with its remote control")
+        + " (README: Write-back mounts)")}
 
 
 def _sqlite_version() -> dict[str, Any]:

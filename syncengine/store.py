@@ -16,6 +16,10 @@ named, are then written directly under their final name.  Where attributes
 set on an open handle are lost at commit, mode and mtime are set by name
 after close.  The fallbacks live here only: callers do not branch on them.
 Errors become `DurableError` here, with the operation and the path.
+
+On a write-back mount (writeback.py: close returns before the bucket has the
+object), `confirm` asks the mount, through the `Uploads` the engine gives
+`configure`, whether everything closed so far reached the bucket.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +43,7 @@ from syncengine.errors import (
     publish_error,
 )
 from syncengine.safepath import DirCache
+from syncengine.writeback import Uploads
 
 META_DIR = ".syncengine"
 STAGING_DIR = f"{META_DIR}/staging"
@@ -55,12 +61,23 @@ class Store:
         self._reader: DirCache | None = None
         self.rename_supported = True
         self.attrs_after_close = False
+        self.keeps_mtime = False  # an object's mtime is the one given at close
+        self.uploads: Uploads | None = None  # None: close is the upload (no write-back)
+        self._last_write = 0.0  # time.monotonic() of the last object closed or renamed
         self._before_write: Callable[[], None] | None = None
 
-    def configure(self, *, rename_supported: bool, attrs_after_close: bool) -> None:
+    def configure(self, *, rename_supported: bool, attrs_after_close: bool,
+                  keeps_mtime: bool = False, uploads: Uploads | None = None) -> None:
         """Adopt what the mount probe found (see syncengine.probe)."""
         self.rename_supported = rename_supported
         self.attrs_after_close = attrs_after_close
+        self.keeps_mtime = keeps_mtime
+        self.uploads = uploads
+
+    @property
+    def instance(self) -> str:
+        """The write-back mount instance objects are recorded under ("" without one)."""
+        return self.uploads.instance if self.uploads is not None else ""
 
     def before_first_write(self, prepare: Callable[[], None]) -> None:
         """Run `prepare` once, just before this store's first write (health check, probe).
@@ -130,6 +147,7 @@ class Store:
         """
         try:
             tmp.close(mode=mode, mtime_ns=mtime_ns)
+            self._last_write = time.monotonic()
             if self.attrs_after_close:
                 tmp.set_attrs(mode=mode, mtime_ns=mtime_ns)
         except OSError as exc:
@@ -154,6 +172,7 @@ class Store:
                 tmp.publish(os.fspath(target))
         except OSError as exc:
             raise publish_error(relpath, target, exc) from exc
+        self._last_write = time.monotonic()  # a mount may queue the upload under the new name
         return None
 
     def put_bytes(self, relpath: str, data: bytes, *, mode: int = 0o644) -> None:
@@ -180,6 +199,7 @@ class Store:
                 except CommitRefused as exc:  # nothing can be recorded without this object
                     raise DurableError(f"write {self.root / relpath}: {exc.reason}") from exc
                 guarded = self._publish_new(tmp, relpath)
+                self._last_write = time.monotonic()
         except FileExistsError as exc:
             raise self._shared(relpath) from exc
         if not guarded and self._read_back(relpath) != data:
@@ -232,6 +252,14 @@ class Store:
             savefile.syncfs(self.root)
         except OSError as exc:
             raise durable_error("sync", self.root, exc) from exc
+
+    def confirm(self) -> bool:
+        """Whether everything this store closed is in the bucket: True at once where
+        close is the upload; on a write-back mount, what the mount reports (waiting for
+        it, bounded: `writeback.Uploads.confirm`); False where it cannot be asked."""
+        if self.uploads is None:
+            return True
+        return self.uploads.confirm(self._last_write)
 
     def delete(self, relpath: str) -> bool:
         """Remove one object (gc only); prune directories it leaves empty.  False: gone."""

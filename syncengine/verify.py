@@ -14,7 +14,11 @@ only when `strict`.  A copy that differs from its entry is judged by the rule
 restore uses (`recorded.judge`): a newer complete version left by an
 interrupted checkpoint is a note, anything else a problem.  Manifest objects
 restore could not use and invalid entries are problems too: verify fails
-where restore would be incomplete.
+where restore would be incomplete.  So is a durable side *behind* this
+machine's index (behind.py): a manifest that ends before the object the
+index recorded, or an object a write-back mount acknowledged and the bucket
+does not hold; the index is read before the manifest, so a checkpoint
+running meanwhile cannot look like one.
 
 Resumable: progress (the manifest sequence, the sample, the last path
 checked in sorted order, the problems so far) is saved in
@@ -37,7 +41,7 @@ from typing import Any
 import attrs
 import xxhash
 
-from syncengine import chain, manifest, recorded, savefile, sqlite
+from syncengine import behind, chain, manifest, recorded, savefile, sqlite
 from syncengine.checkpoint import staging_marker
 from syncengine.copier import stream
 from syncengine.errors import DurableError, SourceError
@@ -158,8 +162,11 @@ def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
                    progress: Reporter = SILENT) -> AdapterVerify:
     """Check one adapter's durable side; see the module docstring."""
     progress_path = state_dir / "verify" / f"{name}.json"
+    index = Index.load(index_path(state_dir, name))  # first: a pass saves it after the manifest
     if not store.exists():
-        return AdapterVerify(name, notes=("no durable checkpoint yet",))
+        lost = tuple(_behind(name, store, index, 0))
+        return AdapterVerify(name, problems=lost, notes=() if lost else (
+            "no durable checkpoint yet",))
     state = manifest.load(store)
     entries = sorted(state.entries.values(), key=lambda e: e.path)
     old = None if restart else _Progress.load(progress_path)
@@ -172,6 +179,7 @@ def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
     if not resumed:  # what the manifest itself lost, and entries nothing can restore
         problems += [Problem(name, MANIFEST_DIR, p) for p in state.problems]
         problems += [Problem(name, e.path, e.problem or "") for e in state.invalid.values()]
+        problems += _behind(name, store, index, state.last_seq)
     notes = [f"manifest: {w}" for w in state.warnings]
     check = _Checker(store, state_dir, notes, _Unrecorded(
         staging_marker(state_dir, name), index_path(state_dir, name), state.last_seq))
@@ -206,6 +214,22 @@ def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
     return AdapterVerify(name, state.last_seq, len(entries), prog.checked, prog.hashed,
                          prog.bytes_read, tuple(problems), unlisted, tuple(notes),
                          resumed_after=resumed)
+
+
+def _behind(name: str, store: Store, index: Index | None, last_seq: int) -> list[Problem]:
+    """The durable side lacks what this machine's index records as published."""
+    if index is None:
+        return []
+    fix = ("the durable side is behind this machine's index (a write-back mount that lost "
+           "its uploads?); run `syncengine checkpoint`: it publishes it again")
+    seq = int(index.meta.get("manifest_seq", 0))
+    out = []
+    if seq > last_seq:
+        out.append(Problem(name, MANIFEST_DIR, f"the newest manifest object is {last_seq:012d}, "
+                           f"the local index recorded {seq:012d}: {fix}"))
+    for path, what in behind.audit(store, index, None).missing.items():
+        out.append(Problem(name, path, f"{what}: {fix}"))
+    return out
 
 
 def unlisted_files(store: Store, entries: Iterable[Entry]) -> list[str]:

@@ -8,8 +8,11 @@ the emulated behaviour lives in tests/fusebucket.py. Fixtures:
 - `bucket_factory`: `make(name="bucket", **options) -> BucketMount`, for
   options such as `rename=False`, `kill_mode="discard"` or
   `atomic_trunc=False` (the kernel then truncates in a call after open),
-  `refuse_at_close=True` (rclone without a VFS cache: appends fail at close)
-  or `refuse_containing="TEXT"` (objects holding TEXT fail at close).
+  `refuse_at_close=True` (rclone without a VFS cache: appends fail at close),
+  `refuse_containing="TEXT"` (objects holding TEXT fail at close) or
+  `write_back_s=S` (rclone with a VFS cache: close is acknowledged, the object
+  lands S seconds later, up to `write_back_jitter_s` more; `kill()` loses what
+  has not landed, `unmount()` lands it first).
 
 Both skip with the reason from fuse_available() when FUSE is missing. A
 conftest can use them with `pytest_plugins = ["tests.bucket_mount"]` or by
@@ -108,6 +111,8 @@ class BucketMount:
         stats: bool = False,
         attr_timeout_s: float = 0,
         negative_timeout_s: float = 0,
+        write_back_s: float | None = None,
+        write_back_jitter_s: float = 0,
     ) -> None:
         self.backing = Path(backing)
         self.mountpoint = Path(mountpoint)
@@ -125,6 +130,9 @@ class BucketMount:
             self.options.append("--refuse-at-close")
         if refuse_containing is not None:
             self.options.append(f"--refuse-containing={refuse_containing}")
+        if write_back_s is not None:
+            self.options += [f"--write-back={write_back_s}",
+                             f"--write-back-jitter={write_back_jitter_s}"]
         if not rename:
             self.options.append(f"--rename-errno={rename_errno}")
         if setattr_mode != "apply":

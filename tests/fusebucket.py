@@ -26,6 +26,14 @@ tests mount it through tests/bucket_mount.py. Emulated, as hf-mount v0.9 does:
   A close from another process (an inherited descriptor) commits on release.
 - Until then stat shows the bytes written so far; readers and the bucket see
   the previous object. unlink of an open file uploads nothing.
+- `--write-back SECONDS` behaves like rclone's `--vfs-cache-mode writes`
+  instead: a close is acknowledged at once and the object reaches BACKING
+  SECONDS later (plus up to `--write-back-jitter` more, drawn per object, so
+  uploads land out of order). Meanwhile the mount shows it (stat, reads,
+  listings), chmod and utimens apply to it (its mtime is kept), renames move
+  it, and a rename over an older object leaves that one in BACKING until the
+  upload lands. SIGKILL loses every pending upload (rclone with its cache
+  dropped); a clean unmount lands them first.
 - A killed writer's descriptors are closed (flushed) by the kernel as it dies:
   `--kill-mode commit` (hf-mount) publishes the truncated bytes, `discard`
   keeps the previous object. A writer that exits without closing commits.
@@ -60,6 +68,7 @@ import itertools
 import json
 import logging
 import os
+import random
 import signal
 import stat
 import sys
@@ -99,6 +108,18 @@ class WriteHandle:
     mtime_ns: int = field(default_factory=time.time_ns)
     dirty: bool = True  # holds bytes the bucket has not seen
     dropped: bool = False  # unlinked, overwritten or discarded: never committed
+
+
+@dataclass
+class Upload:
+    """A close acknowledged in write-back mode, reaching the bucket at `due`."""
+
+    path: str
+    data: bytes
+    mode: int
+    mtime_ns: int
+    due: float  # time.monotonic()
+    dropped: bool = False  # unlinked or overwritten before it landed
 
 
 @dataclass
@@ -173,13 +194,18 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         self._lock = threading.Lock()  # not `lock`: mfusepy would take it for fcntl locking
         self.dirs: dict[str, int] = {}  # in-memory directories: path -> mode
         self.writers: dict[int, WriteHandle] = {}
-        self.readers: dict[int, int | None] = {}  # fh -> backing fd, None: nothing committed
+        self.readers: dict[int, int | bytes | None] = {}  # fh -> backing fd, a pending
+        # upload's bytes, or None: nothing committed
         self.pending: dict[int, PendingTruncate] = {}  # opens waiting for their truncate to 0
         self.atomic_trunc = False  # what init negotiated
         self.fhs = itertools.count(1)
         self.counts: Counter[str] = Counter()
         self.stats_lock = threading.Lock()
         self.seq = 0
+        self.uploads: list[Upload] = []  # write-back mode: acknowledged, not in BACKING yet
+        self._landing = threading.Condition(self._lock)
+        self._stopping = False
+        self._uploader = threading.Thread(target=self._upload_loop, name="fusebucket-upload")
 
     def count(self, key: str) -> None:
         with self.stats_lock:
@@ -211,8 +237,13 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         live = [h for _, h in sorted(self.writers.items()) if h.path == path and not h.dropped]
         return live[-1] if live else None
 
+    def _pending(self, path: str) -> Upload | None:
+        """The newest upload of PATH still to land (write-back mode)."""
+        live = [u for u in self.uploads if u.path == path and not u.dropped]
+        return live[-1] if live else None
+
     def _kind(self, path: str) -> str | None:
-        if self._writer(path):
+        if self._writer(path) or self._pending(path):
             return "file"
         st = self._lstat(path)
         if st is not None:
@@ -225,7 +256,8 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         names.discard(STAGING)
         prefix = path.rstrip("/") + "/"
         pending = (h.path for h in self.writers.values() if not h.dropped)
-        for p in itertools.chain(self.dirs, pending):
+        landing = (u.path for u in self.uploads if not u.dropped)
+        for p in itertools.chain(self.dirs, pending, landing):
             if p.startswith(prefix) and "/" not in p[len(prefix) :]:
                 names.add(p[len(prefix) :])
         return names
@@ -251,25 +283,87 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         with self._lock:
             if h.dropped or not h.dirty:
                 return
-            dest = self._real(h.path)
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.staging)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(h.buf)
-                    os.fchmod(f.fileno(), h.mode)
-                os.replace(tmp, dest)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            if self.args.write_back is not None:
+                self._acknowledge(h)
+                return
+            self._write_backing(h.path, h.buf, h.mode)
             h.dirty = False
         self.count("commit")
 
-    def _setattr(self, path: str | None, apply: Callable[[str, os.stat_result], object]) -> int:
-        """chmod/chown/utimens reach committed objects only."""
+    def _write_backing(self, path: str, data: bytes | bytearray, mode: int,
+                       mtime_ns: int | None = None) -> None:
+        """Replace PATH's object in BACKING at once (a temp file, then os.replace)."""
+        dest = self._real(path)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.staging)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                os.fchmod(f.fileno(), mode)
+            if mtime_ns is not None:
+                os.utime(tmp, ns=(mtime_ns, mtime_ns))
+            os.replace(tmp, dest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def _acknowledge(self, h: WriteHandle) -> None:
+        """Write-back mode: the close succeeds now, the bucket gets the bytes later."""
+        for old in self.uploads:
+            if old.path == h.path:
+                old.dropped = True  # only the newest version is uploaded
+        delay = self.args.write_back + random.uniform(0, self.args.write_back_jitter)
+        self.uploads.append(Upload(h.path, bytes(h.buf), h.mode, h.mtime_ns,
+                                   time.monotonic() + delay))
+        h.dirty, h.dropped = False, True  # the upload stands for it from now on
+        self._landing.notify()
+        self.count("acknowledge")
+
+    def _land(self, u: Upload) -> None:
+        """Put one upload in BACKING (lock held)."""
+        self.uploads.remove(u)
+        if u.dropped:
+            return
+        self._write_backing(u.path, u.data, u.mode, u.mtime_ns)
+        self.count("commit")
+
+    def _upload_loop(self) -> None:
+        with self._landing:
+            while not self._stopping:
+                live = [u for u in self.uploads if not u.dropped]
+                self.uploads = live
+                if not live:
+                    self._landing.wait()
+                    continue
+                first = min(live, key=lambda u: u.due)
+                wait = first.due - time.monotonic()
+                if wait > 0:
+                    self._landing.wait(wait)
+                    continue
+                self._land(first)
+
+    def land_all(self) -> None:
+        """A clean unmount: stop the uploader after landing what is pending."""
+        if not self._uploader.is_alive():
+            return
+        with self._landing:
+            self._stopping = True
+            for u in sorted(self.uploads, key=lambda u: u.due):
+                self._land(u)
+            self._landing.notify()
+        self._uploader.join()
+
+    def _setattr(self, path: str | None, apply: Callable[[str, os.stat_result], object],
+                 landing: Callable[[Upload], object] | None = None) -> int:
+        """chmod/chown/utimens reach committed objects, and pending uploads."""
         if self.args.no_setattr:
             _fail(errno.EPERM)
+        upload = self._pending(path) if path and landing else None
+        if upload is not None and landing is not None:
+            if not self.args.ignore_setattr:
+                landing(upload)
+            return 0
         st = self._lstat(path) if path else None
         if path and st and not self.args.ignore_setattr and not self._writer(path):
             apply(self._real(path), st)
@@ -278,7 +372,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
     def _open_for_write(self, path: str, flags: int) -> int:
         """open() for writing: a write handle (O_TRUNC), a pending truncate, or EPERM."""
         if flags & os.O_TRUNC:
-            h, st = self._writer(path), self._lstat(path)
+            h, st = self._writer(path) or self._pending(path), self._lstat(path)
             self.count("open_write")
             return self._new_writer(path, h.mode if h else st.st_mode if st else 0o644)
         refuse_later = self.args.refuse_at_close  # rclone off: EPERM at write and close
@@ -315,6 +409,8 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
                     setattr(conn, field_name, value | (FUSE_CAP_ATOMIC_O_TRUNC if want else 0))
             self.atomic_trunc = want
         self.count("init.atomic_o_trunc" if self.atomic_trunc else "init.no_atomic_o_trunc")
+        if self.args.write_back is not None:  # here: SIGUSR1 is blocked in this thread too
+            self._uploader.start()
         if self.args.ready_fd is not None:  # the kernel has the mount: tell BucketMount
             os.write(self.args.ready_fd, b"ready\n")
             os.close(self.args.ready_fd)
@@ -326,6 +422,12 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
             t = h.mtime_ns
             return {"st_mode": stat.S_IFREG | h.mode, "st_nlink": 1, "st_size": len(h.buf),
                     "st_uid": h.uid, "st_gid": h.gid, "st_atime": t, "st_mtime": t, "st_ctime": t}
+        u = self._pending(path or "")
+        if u:
+            t = u.mtime_ns
+            return {"st_mode": stat.S_IFREG | u.mode, "st_nlink": 1, "st_size": len(u.data),
+                    "st_uid": os.getuid(), "st_gid": os.getgid(), "st_atime": t, "st_mtime": t,
+                    "st_ctime": t}
         st = self._lstat(path) if path else None
         if st is not None:
             mode = st.st_mode
@@ -357,8 +459,10 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
     @_op("open")
     def open(self, path: str, flags: int) -> int:
         if flags & os.O_ACCMODE == os.O_RDONLY:
+            upload = self._pending(path)
             try:
-                fd: int | None = os.open(self._real(path), os.O_RDONLY)
+                fd: int | bytes | None = (upload.data if upload is not None
+                                          else os.open(self._real(path), os.O_RDONLY))
             except FileNotFoundError:
                 if self._writer(path) is None:
                     raise
@@ -374,6 +478,8 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         if fh not in self.readers:
             _fail(errno.EBADF)  # a write handle cannot be read
         fd = self.readers[fh]
+        if isinstance(fd, bytes):
+            return fd[offset : offset + size]
         return b"" if fd is None else os.pread(fd, size, offset)
 
     @_op("write", latency=None)
@@ -392,7 +498,8 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         opened = self._truncated_open(path, fh) if length == 0 else None
         if opened is not None:  # the second half of open(O_TRUNC) without atomic O_TRUNC
             pending = self.pending.pop(opened)
-            h, st = self._writer(pending.path), self._lstat(pending.path)
+            h = self._writer(pending.path) or self._pending(pending.path)
+            st = self._lstat(pending.path)
             uid, gid, _ = mfusepy.fuse_get_context()
             mode = h.mode if h else stat.S_IMODE(st.st_mode) if st else 0o644
             self.writers[opened] = WriteHandle(pending.path, mode, uid, gid, pending.opener)
@@ -437,7 +544,7 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         with self._lock:
             fd, h = self.readers.pop(fh, None), self.writers.get(fh)
             self.pending.pop(fh, None)  # opened for writing, never truncated: nothing changed
-        if fd is not None:
+        if isinstance(fd, int):
             os.close(fd)
         if h is not None:
             with self._lock:
@@ -476,9 +583,10 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         if st is not None and stat.S_ISDIR(st.st_mode):
             _fail(errno.EISDIR)
         live = [h for h in self.writers.values() if h.path == path and not h.dropped]
-        if st is None and not live:
+        landing = [u for u in self.uploads if u.path == path and not u.dropped]
+        if st is None and not live and not landing:
             _fail(errno.ENOENT)
-        for h in live:  # hf-mount: an unlinked file is not uploaded on close
+        for h in [*live, *landing]:  # hf-mount: an unlinked file is not uploaded on close
             h.dropped = True
         if st is not None:
             os.unlink(real)
@@ -512,9 +620,10 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
             self._prune(os.path.dirname(old))
         elif os.path.isdir(dst) and not os.path.islink(dst):
             os.rmdir(dst)  # an in-memory directory replaces an empty one
-        elif os.path.lexists(dst):
+        elif os.path.lexists(dst) and not self._pending(old):
             os.unlink(dst)  # a file not committed yet takes over the name
-        for h in self.writers.values():
+        # (an upload still to land leaves the old object in the bucket until it does)
+        for h in [*self.writers.values(), *self.uploads]:
             if h.path == new:
                 h.dropped = True  # the overwritten file's pending bytes go with it
             elif h.path == old or h.path.startswith(old + "/"):
@@ -539,7 +648,10 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
 
     @_op("chmod")
     def chmod(self, path: str | None, mode: int) -> int:
-        return self._setattr(path, lambda real, st: os.chmod(real, stat.S_IMODE(mode)))
+        def landing(u: Upload) -> None:
+            u.mode = stat.S_IMODE(mode)
+
+        return self._setattr(path, lambda real, st: os.chmod(real, stat.S_IMODE(mode)), landing)
 
     @_op("chown")
     def chown(self, path: str | None, uid: int, gid: int) -> int:
@@ -547,14 +659,19 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
 
     @_op("utimens")
     def utimens(self, path: str | None, times: tuple[int, int] | None = None) -> int:
-        def apply(real: str, st: os.stat_result) -> None:
-            now, old = time.time_ns(), (st.st_atime_ns, st.st_mtime_ns)
-            new = times or (UTIME_NOW, UTIME_NOW)
+        def resolve(old: tuple[int, int]) -> tuple[int, int]:
+            now, new = time.time_ns(), times or (UTIME_NOW, UTIME_NOW)
             a, m = (now if t == UTIME_NOW else o if t == UTIME_OMIT else t
                     for t, o in zip(new, old, strict=True))
-            os.utime(real, ns=(a, m), follow_symlinks=False)
+            return a, m
 
-        return self._setattr(path, apply)
+        def apply(real: str, st: os.stat_result) -> None:
+            os.utime(real, ns=resolve((st.st_atime_ns, st.st_mtime_ns)), follow_symlinks=False)
+
+        def landing(u: Upload) -> None:
+            u.mtime_ns = resolve((u.mtime_ns, u.mtime_ns))[1]
+
+        return self._setattr(path, apply, landing)
 
     @_op("statfs", latency=None)
     def statfs(self, path: str) -> dict[str, int]:
@@ -600,6 +717,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="do not ask for atomic O_TRUNC: the kernel truncates after open")
     p.add_argument("--refuse-at-close", action="store_true",
                    help="accept opens for writing without O_TRUNC, fail their close (rclone)")
+    p.add_argument("--write-back", type=float, metavar="S",
+                   help="acknowledge close at once, land the object S seconds later (rclone "
+                        "--vfs-cache-mode writes); SIGKILL loses what has not landed")
+    p.add_argument("--write-back-jitter", type=float, default=0.0, metavar="S",
+                   help="add up to S seconds per object, so uploads land out of order")
     p.add_argument("--refuse-containing", metavar="TEXT",
                    help="fail (EPERM) and drop at close any object whose bytes contain TEXT")
     p.add_argument("--attr-timeout", type=float, default=0.0, metavar="S",
@@ -635,6 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         if e.args != (8,):  # libfuse's fuse_main_real: the loop ended on SIGTERM/SIGINT
             raise
     finally:
+        bucket.land_all()  # unmounted cleanly (SIGKILL never gets here)
         if stats_thread.ident is not None:
             stop.set()
             signal.pthread_kill(stats_thread.ident, signal.SIGUSR1)

@@ -14,6 +14,14 @@ BACKING a plain directory playing the bucket, in the two modes rclone users run
 
 Neither mode stores modes (chmod is accepted and dropped) nor symlinks.
 
+``rc=True`` starts rclone's remote control on a free 127.0.0.1 port
+(``--rc --rc-addr``): `uploads` reads its upload counts, `wait_uploads` waits
+until nothing is queued or uploading.  `kill` is what a container stop does to
+rclone in ``writes`` mode: SIGKILL, and its cache (with the uploads still
+pending) is gone.  `settle` lands what a clean unmount left in the cache: rclone
+uploads it when it starts again on the same cache, with the remote control on
+to say when it is done.
+
 The rclone process runs in the foreground, owned by the test (never
 ``--daemon``), gets SIGTERM if the test process dies (PR_SET_PDEATHSIG), is
 unmounted with ``fusermount3 -u`` (``-uz`` if busy) and killed if it does not
@@ -25,16 +33,20 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import pytest
 
@@ -60,6 +72,12 @@ def require_rclone() -> None:
         pytest.skip(reason)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
@@ -68,12 +86,14 @@ class RcloneMount:
     """One ``rclone mount`` serving BACKING at MOUNTPOINT with a given VFS cache mode."""
 
     def __init__(self, backing: str | os.PathLike[str], mountpoint: str | os.PathLike[str],
-                 mode: str) -> None:
+                 mode: str, *, rc: bool = False, write_back: str | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"rclone vfs cache mode {mode!r}: one of {MODES}")
         self.backing = Path(backing)
         self.mountpoint = Path(mountpoint)
         self.mode = mode
+        self.rc_addr = f"127.0.0.1:{free_port()}" if rc else None
+        self.write_back = write_back  # --vfs-write-back (rclone's default: 5s)
         self.process: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
 
@@ -96,11 +116,16 @@ class RcloneMount:
             raise RuntimeError(f"{self.mountpoint} already mounted by this RcloneMount")
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
-        self._workdir = Path(tempfile.mkdtemp(prefix=f".{self.mountpoint.name}.rclone-",
-                                              dir=self.mountpoint.parent))
+        if self._workdir is None:  # else the cache a clean unmount left (settle)
+            self._workdir = Path(tempfile.mkdtemp(prefix=f".{self.mountpoint.name}.rclone-",
+                                                  dir=self.mountpoint.parent))
         command = ["rclone", "mount", str(self.backing), str(self.mountpoint),
                    "--vfs-cache-mode", self.mode, "--cache-dir", str(self._workdir / "cache"),
                    "--config", "/dev/null", "--log-file", str(self._workdir / "log")]
+        if self.rc_addr is not None:
+            command += ["--rc", "--rc-addr", self.rc_addr]
+        if self.write_back is not None:
+            command += ["--vfs-write-back", self.write_back]
         with open("/proc/self/mountinfo", "rb") as mounts:  # POLLPRI when the table changes
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
                                             stdout=subprocess.DEVNULL,
@@ -118,8 +143,45 @@ class RcloneMount:
                 poller.poll(min(remaining, 1.0) * 1000)  # 1 s: rclone dying is no mount event
         return self
 
-    def unmount(self) -> None:
-        """Unmount (lazily if busy), wait for rclone, remove its cache.  Idempotent."""
+    def kill(self) -> None:
+        """SIGKILL rclone and drop its cache (a container stop): pending uploads are lost."""
+        if self.process is not None:
+            self.process.kill()
+        self.unmount()
+
+    def uploads(self) -> dict[str, int]:
+        """Queued, in progress and failed uploads, from the remote control."""
+        assert self.rc_addr is not None, "mount with rc=True"
+        request = urllib.request.Request(f"http://{self.rc_addr}/vfs/stats", data=b"{}",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            cache = json.load(response).get("diskCache", {})
+        return {k: int(cache.get(k, 0))
+                for k in ("uploadsQueued", "uploadsInProgress", "erroredFiles")}
+
+    def wait_uploads(self, timeout: float = 60.0) -> None:
+        """Until the remote control reports nothing queued, uploading or failed."""
+        deadline = time.monotonic() + timeout
+        while any((counts := self.uploads()).values()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"rclone still has uploads after {timeout}s: {counts}")
+            time.sleep(0.2)  # rclone has no event to wait on; its counts are the signal
+
+    def settle(self, timeout: float = 60.0) -> None:
+        """Land every upload a clean unmount left in the cache (rclone uploads them when
+        it starts on that cache again), then unmount."""
+        self.unmount(keep_cache=True)
+        rc_addr, self.rc_addr = self.rc_addr, f"127.0.0.1:{free_port()}"
+        try:
+            self.mount()
+            self.wait_uploads(timeout)
+        finally:
+            self.unmount()
+            self.rc_addr = rc_addr
+
+    def unmount(self, *, keep_cache: bool = False) -> None:
+        """Unmount (lazily if busy), wait for rclone, remove its cache (unless
+        `keep_cache`).  Idempotent."""
         process, self.process = self.process, None
         try:
             if is_mounted(self.mountpoint) and not _fusermount("-u", self.mountpoint):
@@ -131,7 +193,7 @@ class RcloneMount:
                     process.kill()
                     process.wait()
         finally:
-            if self._workdir is not None:
+            if self._workdir is not None and not keep_cache:
                 shutil.rmtree(self._workdir, ignore_errors=True)
                 self._workdir = None
 
@@ -151,12 +213,13 @@ def _fusermount(flag: str, mountpoint: Path) -> bool:
 
 @pytest.fixture
 def rclone_factory(tmp_path: Path) -> Iterator[Callable[..., RcloneMount]]:
-    """make(mode, name="rclone"): mounted over tmp_path/name, unmounted at teardown."""
+    """make(mode, name="rclone", **options): mounted over tmp_path/name, unmounted at
+    teardown (options: rc=True, write_back="1s")."""
     require_rclone()
     mounts: list[RcloneMount] = []
 
-    def make(mode: str, name: str = "rclone") -> RcloneMount:
-        mount = RcloneMount(tmp_path / name, tmp_path / f"{name}.mnt", mode)
+    def make(mode: str, name: str = "rclone", **options: Any) -> RcloneMount:
+        mount = RcloneMount(tmp_path / name, tmp_path / f"{name}.mnt", mode, **options)
         mounts.append(mount)
         return mount.mount()
 

@@ -394,3 +394,39 @@ def test_refuse_containing_fails_that_commit_at_close(bucket_factory: Factory) -
     put(mount.mountpoint / "g", b"fine")
     assert (mount.backing / "g").read_bytes() == b"fine"
     assert mount.stats()["refused"] == 1
+
+
+def test_write_back_acknowledges_close_and_lands_at_unmount_or_never(
+        bucket_factory: Factory) -> None:
+    """--write-back: the mount shows a closed object at once (content, chmod, mtime), the
+    bucket does not; a rename moves the pending upload and leaves the older object in the
+    bucket; a clean unmount lands what is pending, a kill loses it (rclone with its cache
+    dropped)."""
+    mount = bucket_factory(write_back_s=600.0)  # nothing lands by itself during the test
+    mnt, backing = mount.mountpoint, mount.backing
+    (mnt / "old").write_bytes(b"first\n")
+    mount.unmount()  # lands it
+    assert (backing / "old").read_bytes() == b"first\n"
+    mount = bucket_factory(write_back_s=600.0)
+    (mnt / "a").write_bytes(b"pending\n")
+    (mnt / "a").chmod(0o600)
+    os.utime(mnt / "a", ns=(1, 1_600_000_000_000_000_001))
+    st = (mnt / "a").stat()
+    assert (mnt / "a").read_bytes() == b"pending\n" and st.st_mode & 0o777 == 0o600
+    assert st.st_mtime_ns == 1_600_000_000_000_000_001 and not (backing / "a").exists()
+    (mnt / "tmp").write_bytes(b"second\n")
+    os.replace(mnt / "tmp", mnt / "old")
+    assert (mnt / "old").read_bytes() == b"second\n"
+    assert (backing / "old").read_bytes() == b"first\n"  # until the upload lands
+    assert sorted(os.listdir(mnt)) == ["a", "old"]
+    mount.unmount()
+    assert (backing / "a").read_bytes() == b"pending\n" and (backing / "old").read_bytes() == (
+        b"second\n")
+    assert (backing / "a").stat().st_mtime_ns == 1_600_000_000_000_000_001
+    assert (backing / "a").stat().st_mode & 0o777 == 0o600
+    mount = bucket_factory(write_back_s=600.0)
+    (mnt / "b").write_bytes(b"lost\n")
+    (mnt / "a").unlink()
+    mount.kill()
+    assert not (backing / "b").exists()
+    assert not (backing / "a").exists()  # an unlink is synchronous, write-back or not

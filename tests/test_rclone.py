@@ -58,9 +58,13 @@ class Deployment:
         path.chmod(mode)
         return path
 
-    def cli(self, *args: str, check: int = 0) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, check: int = 0, data: Path | None = None,
+            local: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """The CLI with this deployment's config, on the mount unless `data` (a durable
+        root) or `local` (a local root) say otherwise."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCENGINE_")}
-        env.update(AM_LOCAL=str(self.base / "local"), DATA_DIR=str(self.rclone.mountpoint),
+        env.update(AM_LOCAL=str(local or self.base / "local"),
+                   DATA_DIR=str(data or self.rclone.mountpoint),
                    PYTHONPATH=os.pathsep.join(filter(None, [str(REPO),
                                                             env.get("PYTHONPATH")])))
         proc = subprocess.run([sys.executable, "-m", "syncengine", "--config", str(self.config),
