@@ -122,7 +122,10 @@ def _print_status(status: dict[str, Any]) -> None:
               + (", FINAL CHECKPOINT INCOMPLETE" if daemon.get("final_ok") is False else ""))
     print("adapters:")
     for a in status["adapters"]:
-        print(f"  {a['name']}: {a['live']} -> {a['durable']}")
+        print(f"  {a['name']}: {a['live']} ({a['live_source']}) -> {a['durable']} "
+              f"({a['durable_source']})")
+        if a.get("warning"):
+            print(f"    WARNING: {a['warning']}")
         if not a["live_exists"] and not a["indexed_files"] and not a.get("total_files"):
             print("    live tree does not exist yet (nothing to checkpoint)")
             continue
@@ -196,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose, args.quiet, args.log_json)
     overrides = {"local_root": args.local_root, "durable_root": args.durable_root,
                  "state_dir": args.state_dir, "jobs": args.jobs,
+                 "live": dict(args.live or ()), "durable": dict(args.durable or ()),
                  "interval": getattr(args, "interval", None)}  # run --interval
     engine = None
     try:
