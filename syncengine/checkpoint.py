@@ -46,6 +46,7 @@ from syncengine.plan import (
     CheckpointAction,
     Compact,
     MarkAbsent,
+    PlainCopy,
     RecordLink,
     SkipCompanion,
     SkipSpecial,
@@ -57,7 +58,7 @@ from syncengine.report import AdapterReport, PathError
 from syncengine.store import Store
 
 log = logging.getLogger("syncengine")
-Publishing = Upload | AppendSegments | Compact | Snapshot
+Publishing = Upload | AppendSegments | Compact | PlainCopy | Snapshot
 
 # A file whose mtime is this close to the scan start may still change within
 # the same timestamp tick: publish it but look again next pass (borg files cache).
@@ -200,7 +201,7 @@ def _written(c: Copied) -> int:
 
 
 _Result = Copied | Published | Exception
-_Item = Upload | AppendSegments | Compact | sqlite_pass.Database
+_Item = Upload | AppendSegments | Compact | PlainCopy | sqlite_pass.Database
 
 
 def _execute(state: AdapterState, work: sqlite_pass.Sorted,
@@ -214,10 +215,12 @@ def _execute(state: AdapterState, work: sqlite_pass.Sorted,
         if isinstance(item, sqlite_pass.Database):
             return sqlite_pass.publish(state, item, staged[item.path], recent)
         try:
-            if isinstance(item, AppendSegments | Compact):
+            if isinstance(item, AppendSegments | Compact | PlainCopy):
                 return segments.publish(state.store, os.fspath(state.live), item.path,
                                         state.index, final=final,
-                                        compact=isinstance(item, Compact))
+                                        compact=isinstance(item, Compact),
+                                        plain=not isinstance(item, AppendSegments) or
+                                        bool(item.plain))
             rec = state.index.get(item.path)
             known = trust_hashes and rec is not None and rec.kind == "file"
             return upload(state.store, os.fspath(state.live), item.path,
