@@ -187,8 +187,11 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     if fatal is None and uploads:  # after the index knows the manifest object (recorded.py)
         _finish_staging(state)
     copied = [d.copied for d in published if d.copied is not None]
+    plain = sum(isinstance(c, segments.Logged) and c.plain_written for c in copied)
+    only_plain = sum(isinstance(c, segments.Logged) and c.why == "plain" for c in copied)
     return AdapterReport(
-        name=state.name, files=len(copied) if fatal is None else 0,
+        name=state.name, files=len(copied) - only_plain if fatal is None else 0,
+        plain_copies=plain if fatal is None else 0,
         bytes=sum(_written(c) for c in copied) if fatal is None else 0,
         unchanged=counts["unchanged"], skipped=counts["skipped"], changed=counts["changed"],
         links=sum(1 for d in published if d.copied is None) if fatal is None else 0,

@@ -65,6 +65,8 @@ def _print_report(report: Report, quiet: bool) -> None:
             extra = f", {a.kept_local} newer local kept" if report.operation == "restore" else ""
             if a.changed:
                 extra += f", {a.changed} changed while copied (taken again next pass)"
+            if a.plain_copies:
+                extra += f", {a.plain_copies} transcript(s) whole at their plain path"
             print(f"{a.name}: {verb} {a.files} file(s), {a.bytes} bytes, "
                   f"{a.unchanged} unchanged{extra}")
         for e in a.errors:

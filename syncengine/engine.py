@@ -320,6 +320,7 @@ class Engine:
         more = checkpoint.run(state, actions, started_ns=started, jobs=self._copy_jobs(),
                               final=True, progress=self.progress)
         return _with(rep, files=rep.files + more.files, bytes=rep.bytes + more.bytes,
+                     plain_copies=rep.plain_copies + more.plain_copies,
                      errors=rep.errors + more.errors, fatal=more.fatal,
                      manifest=more.manifest or rep.manifest)
 

@@ -68,7 +68,8 @@ class Logged(Copied):
 
     extra: dict[str, Any] = attrs.field(factory=dict)
     written: int = 0  # bytes written to the durable side
-    why: str = ""  # "append", or why a new chain started
+    why: str = ""  # "append", or why a new chain started ("plain": only the plain copy)
+    plain_written: bool = False  # the whole log was published at its plain path
 
     @property
     def appended(self) -> bool:
@@ -201,7 +202,7 @@ def _publish_plain(store: Store, fd: int, st: os.stat_result, src: str, relpath:
         _close(tmp, st, store, relpath)
         store.publish(tmp, relpath)
     return attrs.evolve(logged, published=True, extra={**logged.extra, PLAIN: state},
-                        written=logged.written + size,
+                        written=logged.written + size, plain_written=True,
                         why=logged.why if logged.published else "plain")
 
 
