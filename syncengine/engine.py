@@ -51,13 +51,20 @@ log = logging.getLogger("syncengine")
 Hints = Mapping[str, "set[str] | frozenset[str] | None"]
 
 
+# A durable tree's own directory, never live state: the old rsync script's restore
+# (after a rollback) copies it into the live tree, and published back it would land
+# over the manifest and chains it is a copy of.
+RESERVED = "/.syncengine/"
+
+
 def exclusion_patterns(spec: AdapterSpec) -> tuple[str, ...]:
-    """An adapter's exclusions: its own list plus its SQLite databases and companions.
+    """An adapter's exclusions: its own list plus its SQLite databases and companions,
+    and `RESERVED`.
 
     A listed database is never copied as a file: its WAL and SHM are read at
     different transaction boundaries (the SQLite adapter snapshots it instead).
     """
-    return spec.exclude + database_patterns(spec.sqlite)
+    return spec.exclude + database_patterns(spec.sqlite) + (RESERVED,)
 
 
 class Engine:

@@ -346,3 +346,65 @@ def test_the_periodic_mode_skips_while_locked_and_the_others_wait(dep: Deploymen
 def test_a_bad_mode_exits_2(dep: Deployment) -> None:
     out = dep.cli("checkpoint-final", env=dep.env, check=2)
     assert "invalid choice" in out.stderr
+
+
+def _old_script_copy(src: Path, dst: Path) -> None:
+    """What the old script's rsync -a --update did in both directions: copy every file
+    that is missing at `dst` or older there, mtimes kept (`.syncengine/` included)."""
+    for path in sorted(src.rglob("*")):
+        if not path.is_file() or path.is_symlink():
+            continue
+        target = dst / path.relative_to(src)
+        if target.exists() and target.stat().st_mtime_ns >= path.stat().st_mtime_ns:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+
+
+def test_a_rollback_to_the_old_script_and_back_loses_nothing(dep: Deployment) -> None:
+    _write_state(dep)
+    rollout = dep.live["codex"] / ROLLOUT
+    dep.mode("checkpoint")
+    with rollout.open("a") as f:
+        f.write('{"type":"turn","n":2}\n')
+    dep.mode("checkpoint")
+    dep.mode("checkpoint-final")  # a clean stop
+    # a direct listing of the bucket shows every transcript whole at its plain path
+    for name, entries in STATE.items():
+        for rel in entries:
+            assert (dep.durable[name] / rel).read_bytes() == (dep.live[name] / rel).read_bytes()
+    expected = {name: files(dep.live[name]) for name in STATE}
+    # rollback: the old script restores a fresh container from the plain paths
+    dep.wipe_local()
+    for name in STATE:
+        _old_script_copy(dep.durable[name], dep.live[name])
+        assert {k: v for k, v in files(dep.live[name]).items()} == expected[name], name
+    # the old script's era: Codex appends, a file changes, its checkpoint copies them
+    with rollout.open("a") as f:
+        f.write('{"type":"turn","n":3,"under":"the old script"}\n')
+    (dep.live["codex"] / "config.toml").write_text('model = "changed under the old script"\n')
+    _old_script_copy(dep.live["codex"], dep.durable["codex"])
+    # back to syncengine in a new container: everything the old script wrote comes back
+    dep.wipe_local()
+    dep.mode("restore")
+    assert rollout.read_text().endswith('"under":"the old script"}\n')
+    assert "changed under the old script" in (dep.live["codex"] / "config.toml").read_text()
+    # or on the live trees the old script's restore left, with its .syncengine/ copies
+    dep.wipe_local()
+    _old_script_copy(dep.durable["codex"], dep.live["codex"])
+    assert (dep.live["codex"] / ".syncengine/manifest").is_dir()
+    dep.mode("restore")
+    dep.mode("checkpoint-final")
+    entries = _manifest_paths(dep.durable["codex"])
+    assert ROLLOUT in entries and not [p for p in entries if p.startswith(".syncengine")]
+    dep.wipe_local()
+    dep.mode("restore")
+    assert rollout.read_text().endswith('"under":"the old script"}\n')
+    assert not (dep.live["codex"] / ".syncengine").exists()
+
+
+def _manifest_paths(durable: Path) -> set[str]:
+    from syncengine import manifest
+    from syncengine.store import Store
+
+    return set(manifest.load(Store(durable)).entries)
