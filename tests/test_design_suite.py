@@ -23,13 +23,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
 import attrs
 import pytest
 
+from tests import test_sqlite
 from tests.conftest import CliRunner, Tree
 from tests.helpers import Child, files, query_snapshot, start_appender
 from tests.test_sqlite import Writer, make_db
@@ -37,6 +37,7 @@ from tests.test_sqlite import Writer, make_db
 MODES = {"restore": ("restore",), "checkpoint": ("checkpoint", "--no-wait"),
          "checkpoint-final": ("checkpoint", "--final")}
 OLD = 1_700_000_000 * 10**9
+writers = test_sqlite.writers  # WAL writers in other processes, killed after the test
 ROLLOUT = "sessions/2026/12/01/rollout-2026-12-01T10-00-00-0000.jsonl"
 
 
@@ -110,19 +111,6 @@ def _rows(db: Path) -> int:
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
         assert conn.execute("pragma quick_check").fetchone() == ("ok",)
         return int(conn.execute("select count(*) from t").fetchone()[0])
-
-
-@pytest.fixture
-def writers() -> Iterator[list[Writer]]:
-    started: list[Writer] = []
-    yield started
-    for w in started:
-        if w.proc.poll() is None:
-            w.proc.kill()
-        w.proc.wait(timeout=30)
-        for f in (w.proc.stdin, w.proc.stdout):
-            if f is not None:
-                f.close()
 
 
 def test_restore_fills_each_harness_tree_into_a_fresh_local_tree(dep: Deployment) -> None:
