@@ -201,7 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose, args.quiet, args.log_json)
     overrides = {"local_root": args.local_root, "durable_root": args.durable_root,
                  "state_dir": args.state_dir, "jobs": args.jobs,
-                 "live": dict(args.live or ()), "durable": dict(args.durable or ()),
+                 **{key: dict([*(getattr(args, key) or ()),
+                               *(getattr(args, f"{key}_after", None) or ())])
+                    for key in ("live", "durable")},
                  "interval": getattr(args, "interval", None)}  # run --interval
     engine = None
     try:

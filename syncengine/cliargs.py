@@ -65,12 +65,14 @@ def _global_options(group: argparse._ActionsContainer, *, after: bool = False) -
                        help="local index, lock and status (default: <local-root>/.syncengine)")
     group.add_argument("--jobs", type=int, metavar="N", default=default(None),
                        help="parallel file copies, 1 to 256 (default 8)")
+    # repeatable: given after the command too, they add to (not replace) those before it
     group.add_argument("--live", type=_assignment, action="append", metavar="ADAPTER=DIR",
-                       default=default(None),
+                       default=default(None), dest="live_after" if after else "live",
                        help="an adapter's live tree (repeatable; default: its variable, "
                             "e.g. $CODEX_HOME, else under --local-root)")
     group.add_argument("--durable", type=_assignment, action="append",
                        metavar="ADAPTER=DIR", default=default(None),
+                       dest="durable_after" if after else "durable",
                        help="an adapter's durable tree (repeatable; default: its variable, "
                             "e.g. $CODEX_DURABLE, else under --durable-root)")
     group.add_argument("-v", "--verbose", action="count", default=default(0),

@@ -409,14 +409,17 @@ def test_status_shows_each_tree_with_its_source_and_warns_on_a_missing_one(
     codex.mkdir()
     env = tree.env(CODEX_HOME=str(codex), CLAUDE_CONFIG_DIR=str(tree.base / "typo"),
                    HERMES_DURABLE=str(tree.base / "hd"))
-    out = cli("--durable", f"claude={tree.base / 'cd'}", "status", env=env, check=0).stdout
+    out = cli("--durable", f"claude={tree.base / 'cd'}", "status", "--live",
+              f"openclaw={tree.base / 'oc'}", env=env, check=0).stdout  # before and after
+    assert f"openclaw: {tree.base}/oc (flag --live) -> " in out
     assert f"codex: {codex} (env $CODEX_HOME) -> {tree.data}/state/codex (default)" in out
     assert (f"claude: {tree.base}/typo (env $CLAUDE_CONFIG_DIR) -> {tree.base}/cd "
             "(flag --durable)") in out
     assert f"hermes: {tree.local}/hermes (default) -> {tree.base}/hd (env $HERMES_DURABLE)" in out
     warnings = [line for line in out.splitlines() if "WARNING" in line]
-    assert len(warnings) == 1 and f"{tree.base}/typo does not exist" in warnings[0]
+    assert len(warnings) == 2 and f"{tree.base}/typo does not exist" in warnings[0]
     assert "env $CLAUDE_CONFIG_DIR names it" in warnings[0]
+    assert "flag --live names it" in warnings[1]
     data = json.loads(cli("status", "--json", env=env, check=0).stdout)
     claude = next(a for a in data["adapters"] if a["name"] == "claude")
     assert claude["live_source"] == "env $CLAUDE_CONFIG_DIR" and claude["warning"]
