@@ -187,10 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--apply", action="store_true", help="really delete (default: dry run)")
 
     m = _command(sub, "migrate", help="move a deployment from the old rsync layout",
-                       description="Run each adapter's [[migrate]] steps: unlink the old "
-                       "symlink, copy legacy directories into the checkpoints (keeping or "
-                       "renaming them), quarantine cache databases, copy open files. Nothing "
-                       "is deleted; a second run changes nothing.")
+                       description="What the design's entrypoint did before restore: create "
+                       "every live and durable directory, then run each adapter's [[migrate]] "
+                       "steps: copy open files, unlink the old symlink, quarantine cache "
+                       "databases, copy legacy directories under $HOME into the checkpoints "
+                       "(keeping or renaming them) and link $HOME/.local/share/opencode and "
+                       "$HOME/.hermes to their live trees. Nothing is deleted; a second run "
+                       "changes nothing.")
     m.add_argument("--dry-run", action="store_true", help="print the plan, touch nothing")
 
     j = _command(sub, "journal", help="the input journal: one durable object per prompt",
