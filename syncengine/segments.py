@@ -24,11 +24,12 @@ also published there, as one closed object renamed into place, when the log
 has been quiet for ``plain_after`` seconds (`plain_wanted`), at compaction,
 when its first chain replaces a plain copy (the path was a whole file), and
 after a final checkpoint (in a phase of its own, once every log's new bytes
-are durable and recorded: the engine runs it).  What the plain path holds is recorded as `PLAIN` in
-the chain state (and so in the manifest): an idle log whose plain copy is
-current costs nothing.  Restore reads the plain copy only where it extends
-the chain (chain.py); on a mount without rename it is not written (it could
-only be a unique object under ``objects/``, which nothing reads).
+are durable and recorded: the engine runs it).  What the plain path holds is
+recorded as `PLAIN` in the chain state (and so in the manifest): an idle log
+whose plain copy is current costs nothing.  Restore reads the plain copy only
+where it extends the chain (chain.py); on a mount without rename it is not
+written (it could only be a unique object under ``objects/``, which nothing
+reads).
 
 The index keeps, beside ``chain`` and ``lens``, local-only state under
 `LOCAL`: the inode, and ``recorded``, how many objects of the chain the
