@@ -3,13 +3,19 @@
 Owns the schema of an adapter table (``adapters/*.toml`` and ``[[adapter]]``
 in a config file) and its ``[[migrate]]`` steps: every key has its TOML type,
 every path is a non-empty string without NUL, and a bad table is a
-`ConfigError` naming the adapter and the key.  It reads no environment and
-no file: `syncengine.config` hands it parsed tables and the resolved roots.
+`ConfigError` naming the adapter and the key.  Also owns where an adapter's
+live and durable trees are (`place`): a flag, else the config file's
+``[live]`` / ``[durable]`` table, else the first set environment variable the
+adapter names (``live_env = ["CODEX_HOME"]``, ``"GEMINI_CLI_HOME/.gemini"``:
+a variable plus a path below it), else its ``live`` / ``durable`` under the
+roots.  It reads no environment and no file: `syncengine.config` hands it
+parsed tables, the environment mapping and the resolved roots.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -19,16 +25,20 @@ import attrs
 from syncengine.errors import ConfigError
 
 ADAPTER_KEYS = frozenset(
-    {"name", "description", "live", "durable", "exclude", "sqlite", "segments", "migrate"}
+    {"name", "description", "live", "durable", "exclude", "sqlite", "segments", "migrate",
+     "live_env", "durable_env"}
 )
+# An environment reference: a variable name, optionally followed by a path below it.
+ENV_REF = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(/[^\x00]*)?\Z")
 # [[migrate]] steps: action -> (required keys, optional keys)
 MIGRATE_ACTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "unlink_symlink": (frozenset({"path"}), frozenset({"target"})),
-    "copy_tree": (frozenset({"from"}), frozenset({"to", "rename_to", "if_symlink"})),
+    "copy_tree": (frozenset({"from"}),
+                  frozenset({"to", "rename_to", "if_symlink", "link_to"})),
     "quarantine": (frozenset({"patterns", "to"}), frozenset()),
     "snapshot_open": (frozenset({"patterns"}), frozenset()),
 }
-PLACEHOLDERS = ("{durable_root}", "{local_root}", "{durable}", "{live}", "{from}")
+PLACEHOLDERS = ("{durable_root}", "{local_root}", "{durable}", "{live}", "{from}", "{home}")
 
 
 @attrs.frozen
@@ -36,7 +46,8 @@ class MigrateStep:
     """One `[[migrate]]` step of an adapter (see README "Migrating from the rsync layout").
 
     Paths keep their ``{durable_root}``, ``{local_root}``, ``{durable}``,
-    ``{live}`` and ``{from}`` placeholders; `syncengine.migrate` expands them.
+    ``{live}``, ``{home}`` and ``{from}`` placeholders; `syncengine.migrate`
+    expands them.
     """
 
     action: str
@@ -46,6 +57,7 @@ class MigrateStep:
     to: str = ""  # copy_tree: subdirectory of the checkpoint; quarantine: its directory
     rename_to: str = ""  # copy_tree: rename the source afterwards ("" = keep it in place)
     if_symlink: str = "skip"  # copy_tree: "skip" or "unlink" a symlink found at `from`
+    link_to: str = ""  # copy_tree: then make `from` a symlink to this (`ln -sfn`)
     patterns: tuple[str, ...] = ()  # quarantine, snapshot_open: name globs
 
 
@@ -62,6 +74,9 @@ class AdapterSpec:
     migrate: tuple[MigrateStep, ...] = ()  # steps of `syncengine migrate`
     description: str = ""
     origin: str = ""
+    live_env: tuple[str, ...] = ()  # environment references naming the live tree
+    durable_env: tuple[str, ...] = ()
+    builtin: bool = False  # shipped in adapters/*.toml
 
     def __str__(self) -> str:
         return f"{self.name}: {self.live} -> {self.durable}"
@@ -95,26 +110,32 @@ def migrate_steps(value: Any, where: str) -> tuple[MigrateStep, ...]:
                 raise ConfigError(f"{where}: migrate step {n}: {key} has the wrong type")
         if table.get("if_symlink", "skip") not in ("skip", "unlink"):
             raise ConfigError(f"{where}: migrate step {n}: if_symlink is 'skip' or 'unlink'")
+        if table.get("link_to") and not table.get("rename_to"):
+            raise ConfigError(f"{where}: migrate step {n}: link_to needs rename_to (a real "
+                              "directory at `from` is renamed before the link replaces it)")
         steps.append(MigrateStep(
             action=action, path=table.get("path", ""), target=table.get("target", ""),
             source=table.get("from", ""), to=table.get("to", ""),
             rename_to=table.get("rename_to", ""), if_symlink=table.get("if_symlink", "skip"),
-            patterns=tuple(table.get("patterns", ()))))
+            link_to=table.get("link_to", ""), patterns=tuple(table.get("patterns", ()))))
     return tuple(steps)
 
 
-def adapter_spec(table: Mapping[str, Any], local_root: Path, durable_root: Path) -> AdapterSpec:
-    """One adapter table, checked, with its paths resolved against the roots."""
+def adapter_spec(table: Mapping[str, Any], local_root: Path, durable_root: Path, *,
+                 live: Path | None = None, durable: Path | None = None) -> AdapterSpec:
+    """One adapter table, checked, with its paths resolved against the roots.
+
+    `live` / `durable`: where `place` found the trees (default: the table's
+    ``live`` / ``durable`` under the roots).
+    """
     origin = str(table.get("__origin__", "config"))
-    unknown = sorted(set(table) - ADAPTER_KEYS - {"__origin__"})
+    unknown = sorted(set(table) - ADAPTER_KEYS - {"__origin__", "__builtin__"})
     if unknown:
         raise ConfigError(
             f"{origin}: [[adapter]] unknown key {unknown[0]!r}: valid keys are "
             f"{', '.join(sorted(ADAPTER_KEYS))}"
         )
-    name = table.get("name")
-    if not plain_text(name) or "/" in name or name.startswith("."):
-        raise ConfigError(f"{origin}: [[adapter]] name must be a plain non-empty string")
+    name = adapter_name(table)
     for key in ("live", "durable"):
         if not plain_text(table.get(key)):
             raise ConfigError(f"{origin}: adapter {name!r}: {key} must be a non-empty path")
@@ -129,15 +150,93 @@ def adapter_spec(table: Mapping[str, Any], local_root: Path, durable_root: Path)
         raise ConfigError(f"{origin}: adapter {name!r}: description must be a string")
     return AdapterSpec(
         name=name,
-        live=Path(os.path.normpath(local_root / os.path.expanduser(table["live"]))),
-        durable=Path(os.path.normpath(durable_root / os.path.expanduser(table["durable"]))),
+        live=live or _under(local_root, table["live"]),
+        durable=durable or _under(durable_root, table["durable"]),
         exclude=lists["exclude"],
         sqlite=lists["sqlite"],
         segments=lists["segments"],
         migrate=migrate_steps(table.get("migrate", []), f"{origin}: adapter {name!r}"),
         description=str(table.get("description", "")),
         origin=origin,
+        live_env=env_refs(table, "live_env"),
+        durable_env=env_refs(table, "durable_env"),
+        builtin=bool(table.get("__builtin__")),
     )
+
+
+def adapter_name(table: Mapping[str, Any]) -> str:
+    name = table.get("name")
+    if not plain_text(name) or "/" in name or name.startswith("."):
+        raise ConfigError(f"{table.get('__origin__', 'config')}: [[adapter]] name must be a "
+                          "plain non-empty string")
+    return name
+
+
+def _under(root: Path, value: str) -> Path:
+    return Path(os.path.normpath(root / os.path.expanduser(value)))
+
+
+def env_refs(table: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    """The adapter's `live_env` / `durable_env`, checked: ``NAME`` or ``NAME/path``."""
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(
+            isinstance(v, str) and ENV_REF.match(v) for v in value):
+        raise ConfigError(f"{table.get('__origin__', 'config')}: adapter "
+                          f"{table.get('name')!r}: {key} must be a list of environment "
+                          'variable names, each optionally followed by a path ("NAME" or '
+                          '"NAME/sub/dir")')
+    return tuple(value)
+
+
+@attrs.frozen
+class Placed:
+    """Where one of an adapter's trees is, and which layer said so."""
+
+    path: Path
+    source: str  # "flag --live", "config <file>", "env $CODEX_HOME", "default"
+
+    @property
+    def explicit(self) -> bool:
+        return not self.source.startswith("default")
+
+
+def place(table: Mapping[str, Any], key: str, *, env: Mapping[str, str],
+          from_file: Mapping[str, Any], file_origin: str, file_dir: Path | None,
+          from_flag: Mapping[str, str]) -> Placed | None:
+    """Where the `key` ("live" or "durable") tree of the adapter `table` is.
+
+    Precedence: a flag (``--live NAME=DIR``), the config file's ``[live]`` /
+    ``[durable]`` table (relative to the file's folder), the adapter's
+    environment references in order (the first variable that is set and not
+    empty), else None: the table's own value under its root (`adapter_spec`).
+    """
+    name = str(table.get("name"))
+    if from_flag.get(name):
+        return Placed(_absolute(from_flag[name], None), f"flag --{key}")
+    if name in from_file:
+        value = from_file[name]
+        if not plain_text(value):
+            raise ConfigError(f"{file_origin}: [{key}] {name} must be a non-empty path string, "
+                              f"not {value!r}")
+        return Placed(_absolute(value, file_dir), file_origin)
+    for ref in env_refs(table, f"{key}_env"):
+        match = ENV_REF.match(ref)
+        assert match is not None
+        value = env.get(match[1])
+        if value:
+            if "\x00" in value:
+                raise ConfigError(f"env ${match[1]}: contains a NUL character")
+            below = (match[2] or "").lstrip("/")
+            return Placed(_absolute(os.path.join(value, below) if below else value, None),
+                          f"env ${ref}")
+    return None
+
+
+def _absolute(value: str, base: Path | None) -> Path:
+    value = os.path.expanduser(value)
+    if base is not None:
+        value = os.path.join(base, value)  # an absolute value stays as it is
+    return Path(os.path.abspath(value))
 
 
 def _inside(child: Path, parent: Path) -> bool:

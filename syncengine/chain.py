@@ -33,8 +33,17 @@ Resolution rules (`resolve`):
 
 A lost newest object published after the last manifest record cannot be
 told from one never written: the log is then restored as of the object
-before (Litestream has the same limit).  Nothing here writes to the durable
-side; names are opened through a `DirCache`, never following a symlink.
+before (Litestream has the same limit).
+
+The log's plain copy (its own path in the durable tree: published whole by
+segments.py, or left by the old rsync script, also after a rollback to it)
+is used only where it *extends* the chain (`plain_copy`, `extend`): longer
+than the chain's content, starting with exactly those bytes (their xxh3),
+and ending at a complete line.  So a stale or torn plain copy (shorter, or
+cut mid-line) never wins over the chain and restore never goes backwards;
+a newer one (the old script ran after syncengine) adds what it has beyond.
+Nothing here writes to the durable side; names are opened through a
+`DirCache`, never following a symlink.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO
 
@@ -57,6 +67,7 @@ from syncengine.store import META_DIR, Store
 log = logging.getLogger("syncengine")
 SEG_DIR = f"{META_DIR}/segments"
 LOCAL = "_local"  # index.extras key for local-only chain state (never in the manifest)
+PLAIN = "plain"  # chain state: {"size", "hash"} of the content at the plain path (segments.py)
 _NAME = re.compile(r"(\d{8,})-(\d{12,})-(\d{12,})(?:-([0-9a-f]{16})-(-?\d+))?\.seg\Z")
 
 
@@ -124,10 +135,11 @@ class Chain:
         including how many objects the manifest records.
         """
         e = self.entry
+        plain = {PLAIN: e.extra[PLAIN]} if PLAIN in e.extra else {}
         return Entry(e.path, "segments", self.size, self.mtime_ns, e.mode,
                      e.hash if hash64 is None and len(self.pieces) == self.recorded else hash64,
                      extra={"chain": e.extra["chain"], "lens": [p.length for p in self.pieces],
-                            LOCAL: {"recorded": self.recorded}})
+                            LOCAL: {"recorded": self.recorded}, **plain})
 
 
 def chain_of(entry: Entry, operation: str = "restore") -> tuple[str, list[int]]:
@@ -290,6 +302,69 @@ def read(chain: Chain, durable: DirCache, sink: Callable[[memoryview], object] |
     return chain, h.intdigest()
 
 
+def plain_copy(durable: DirCache, entry: Entry, chain_size: int) -> os.stat_result | None:
+    """The stat of the log's plain copy when it is longer than the chain (only then can it
+    add to it), else None.  A plain copy that cannot be read is the chain's loss only."""
+    try:
+        fd = durable.open_file(entry.path)
+    except UnsafePath:
+        raise
+    except OSError as exc:
+        if not isinstance(exc, FileNotFoundError | NotADirectoryError):
+            log.warning("segments.plain-unreadable path=%s error=%s: restored from its chain",
+                        entry.path, exc)
+        return None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return st if stat.S_ISREG(st.st_mode) and st.st_size > chain_size else None
+
+
+def extend(durable: DirCache, entry: Entry, chain_size: int, chain_hash: int,
+           sink: Callable[[memoryview], object]) -> tuple[int, int, int] | None:
+    """Feed `sink` what the plain copy holds after the chain's `chain_size` bytes, if it
+    extends the chain (module doc); return (its size, its mtime_ns, the xxh3 of it whole),
+    or None with nothing fed."""
+    name = f"{durable.root}/{entry.path}"
+    try:
+        fd = durable.open_file(entry.path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise durable_error("open", name, exc) from exc
+    try:
+        st = os.fstat(fd)
+        why = None
+        if st.st_size <= chain_size:
+            return None
+        if os.pread(fd, 1, st.st_size - 1) != b"\n":
+            why = "does not end at a complete line (torn?)"
+        else:
+            h = xxhash.xxh3_64()
+            n, digest = stream(fd, chain_size, None, src_name=name, hasher=h)
+            if n != chain_size or digest != chain_hash:
+                why = "does not start with the chain's content"
+        if why is not None:
+            log.warning("segments.plain-ignored path=%s: the plain copy (%d bytes) is longer "
+                        "than the chain (%d) but %s; restored from the chain", entry.path,
+                        st.st_size, chain_size, why)
+            return None
+        n, digest = stream(fd, st.st_size - chain_size, sink, src_name=name, dst_name=entry.path,
+                           hasher=h)
+    except OSError as exc:
+        raise durable_error("read", name, exc) from exc
+    finally:
+        os.close(fd)
+    if n != st.st_size - chain_size:
+        raise SourceError(entry.path, "restore", f"the plain copy {name} changed while it was "
+                          "read: restore again")
+    log.info("segments.plain-newer path=%s bytes=%d: the plain copy extends the chain (%d "
+             "bytes); restored with its %d more", entry.path, st.st_size, chain_size,
+             st.st_size - chain_size)
+    return st.st_size, st.st_mtime_ns, digest
+
+
 def _trimmed(chain: Chain, n: int) -> Chain:
     return attrs.evolve(chain, pieces=chain.pieces[:n])
 
@@ -305,7 +380,8 @@ def export(store: Store, entry: Entry, out: BinaryIO) -> int:
 
     with tempfile.TemporaryFile() as tmp, store.reader() as durable:
         if entry.kind == "segments":
-            read(load(durable, entry), durable, tmp.write)
+            resolved, h = read(load(durable, entry), durable, tmp.write)
+            extend(durable, entry, resolved.size, h, tmp.write)
         elif entry.kind == "file":
             try:
                 fd = durable.open_file(entry.location)

@@ -48,6 +48,7 @@ from syncengine.plan import (
     CheckpointAction,
     Compact,
     MarkAbsent,
+    PlainCopy,
     RecordLink,
     SkipCompanion,
     SkipSpecial,
@@ -59,7 +60,7 @@ from syncengine.report import AdapterReport, PathError
 from syncengine.store import Store
 
 log = logging.getLogger("syncengine")
-Publishing = Upload | AppendSegments | Compact | Snapshot
+Publishing = Upload | AppendSegments | Compact | PlainCopy | Snapshot
 
 # A file whose mtime is this close to the scan start may still change within
 # the same timestamp tick: publish it but look again next pass (borg files cache).
@@ -194,8 +195,11 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     if fatal is None and uploads:  # after the index knows the manifest object (recorded.py)
         _finish_staging(state)
     copied = [d.copied for d in published if d.copied is not None]
+    plain = sum(isinstance(c, segments.Logged) and c.plain_written for c in copied)
+    only_plain = sum(isinstance(c, segments.Logged) and c.why == "plain" for c in copied)
     return AdapterReport(
-        name=state.name, files=len(copied) if fatal is None else 0,
+        name=state.name, files=len(copied) - only_plain if fatal is None else 0,
+        plain_copies=plain if fatal is None else 0,
         bytes=sum(_written(c) for c in copied) if fatal is None else 0,
         unchanged=counts["unchanged"], skipped=counts["skipped"], changed=counts["changed"],
         links=sum(1 for d in published if d.copied is None) if fatal is None else 0,
@@ -208,7 +212,7 @@ def _written(c: Copied) -> int:
 
 
 _Result = Copied | Published | Exception
-_Item = Upload | AppendSegments | Compact | sqlite_pass.Database
+_Item = Upload | AppendSegments | Compact | PlainCopy | sqlite_pass.Database
 
 
 def _execute(state: AdapterState, work: sqlite_pass.Sorted,
@@ -222,10 +226,12 @@ def _execute(state: AdapterState, work: sqlite_pass.Sorted,
         if isinstance(item, sqlite_pass.Database):
             return sqlite_pass.publish(state, item, staged[item.path], recent)
         try:
-            if isinstance(item, AppendSegments | Compact):
+            if isinstance(item, AppendSegments | Compact | PlainCopy):
                 return segments.publish(state.store, os.fspath(state.live), item.path,
                                         state.index, final=final,
-                                        compact=isinstance(item, Compact), recent_ns=recent)
+                                        compact=isinstance(item, Compact), recent_ns=recent,
+                                        plain=not isinstance(item, AppendSegments) or
+                                        bool(item.plain))
             rec = state.index.get(item.path)
             known = trust_hashes and rec is not None and rec.kind == "file"
             return upload(state.store, os.fspath(state.live), item.path,

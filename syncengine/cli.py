@@ -65,6 +65,8 @@ def _print_report(report: Report, quiet: bool) -> None:
             extra = f", {a.kept_local} newer local kept" if report.operation == "restore" else ""
             if a.changed:
                 extra += f", {a.changed} changed while copied (taken again next pass)"
+            if a.plain_copies:
+                extra += f", {a.plain_copies} transcript(s) whole at their plain path"
             print(f"{a.name}: {verb} {a.files} file(s), {a.bytes} bytes, "
                   f"{a.unchanged} unchanged{extra}")
         for e in a.errors:
@@ -125,7 +127,10 @@ def _print_status(status: dict[str, Any]) -> None:
               + (", FINAL CHECKPOINT INCOMPLETE" if daemon.get("final_ok") is False else ""))
     print("adapters:")
     for a in status["adapters"]:
-        print(f"  {a['name']}: {a['live']} -> {a['durable']}")
+        print(f"  {a['name']}: {a['live']} ({a['live_source']}) -> {a['durable']} "
+              f"({a['durable_source']})")
+        if a.get("warning"):
+            print(f"    WARNING: {a['warning']}")
         if not a["live_exists"] and not a["indexed_files"] and not a.get("total_files"):
             print("    live tree does not exist yet (nothing to checkpoint)")
             continue
@@ -202,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose, args.quiet, args.log_json)
     overrides = {"local_root": args.local_root, "durable_root": args.durable_root,
                  "state_dir": args.state_dir, "jobs": args.jobs,
+                 **{key: dict([*(getattr(args, key) or ()),
+                               *(getattr(args, f"{key}_after", None) or ())])
+                    for key in ("live", "durable")},
                  "interval": getattr(args, "interval", None)}  # run --interval
     engine = None
     try:

@@ -29,9 +29,13 @@ exit codes:
 configuration (lowest to highest precedence):
   environment  AM_LOCAL (local_root), DATA_DIR (durable_root, default /data),
                AGENT_STATE_CHECKPOINT_SECONDS (interval, default 15),
-               SYNCENGINE_CONFIG (config file path)
+               SYNCENGINE_CONFIG (config file path), HOME (migrate);
+               the design's per-harness trees: CODEX_HOME, CODEX_DURABLE,
+               CLAUDE_CONFIG_DIR, CLAUDE_DURABLE, GEMINI_CLI_HOME, GEMINI_LIVE,
+               GEMINI_DURABLE, OPENCLAW_STATE_DIR, OPENCLAW_DURABLE, OPENCODE_LIVE,
+               OPENCODE_DURABLE, HERMES_LIVE, HERMES_DURABLE
   config file  --config PATH (TOML; see README "Configuration")
-  flags        --local-root, --durable-root, --state-dir, --jobs
+  flags        --local-root, --durable-root, --state-dir, --jobs, --live, --durable
 
 examples:
   AM_LOCAL=/srv/agents DATA_DIR=/data syncengine restore
@@ -61,12 +65,30 @@ def _global_options(group: argparse._ActionsContainer, *, after: bool = False) -
                        help="local index, lock and status (default: <local-root>/.syncengine)")
     group.add_argument("--jobs", type=int, metavar="N", default=default(None),
                        help="parallel file copies, 1 to 256 (default 8)")
+    # repeatable: given after the command too, they add to (not replace) those before it
+    group.add_argument("--live", type=_assignment, action="append", metavar="ADAPTER=DIR",
+                       default=default(None), dest="live_after" if after else "live",
+                       help="an adapter's live tree (repeatable; default: its variable, "
+                            "e.g. $CODEX_HOME, else under --local-root)")
+    group.add_argument("--durable", type=_assignment, action="append",
+                       metavar="ADAPTER=DIR", default=default(None),
+                       dest="durable_after" if after else "durable",
+                       help="an adapter's durable tree (repeatable; default: its variable, "
+                            "e.g. $CODEX_DURABLE, else under --durable-root)")
     group.add_argument("-v", "--verbose", action="count", default=default(0),
                        help="more log lines (-v: progress and passes; -vv: debug)")
     group.add_argument("-q", "--quiet", action="store_true", default=default(False),
                        help="only warnings and errors")
     group.add_argument("--log-json", action="store_true", default=default(False),
                        help='log JSON lines {"ts","level","event","msg"} on stderr')
+
+
+def _assignment(text: str) -> tuple[str, str]:
+    """ADAPTER=DIR (--live, --durable)."""
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"{text!r} is not ADAPTER=DIR (e.g. codex=/srv/codex)")
+    return name, path
 
 
 def _command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
@@ -165,10 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--apply", action="store_true", help="really delete (default: dry run)")
 
     m = _command(sub, "migrate", help="move a deployment from the old rsync layout",
-                       description="Run each adapter's [[migrate]] steps: unlink the old "
-                       "symlink, copy legacy directories into the checkpoints (keeping or "
-                       "renaming them), quarantine cache databases, copy open files. Nothing "
-                       "is deleted; a second run changes nothing.")
+                       description="What the design's entrypoint did before restore: create "
+                       "every live and durable directory, then run each adapter's [[migrate]] "
+                       "steps: copy open files, unlink the old symlink, quarantine cache "
+                       "databases, copy legacy directories under $HOME into the checkpoints "
+                       "(keeping or renaming them) and link $HOME/.local/share/opencode and "
+                       "$HOME/.hermes to their live trees. Nothing is deleted; a second run "
+                       "changes nothing.")
     m.add_argument("--dry-run", action="store_true", help="print the plan, touch nothing")
 
     j = _command(sub, "journal", help="the input journal: one durable object per prompt",

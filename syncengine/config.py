@@ -11,7 +11,11 @@ the key and the fix (`ConfigError`, exit 2): a TOML value must have its TOML
 type (``jobs = "8"`` is refused; only environment variables are text, parsed
 here), numbers must be finite and in range (`RANGES`), and a relative path in
 a config file is taken relative to that file's folder.  Adapter tables are
-checked by `syncengine.adapterspec`.
+checked, and each adapter's live and durable trees placed (the design's
+``CODEX_HOME``, ``CODEX_DURABLE``, ... named in the adapter files), by
+`syncengine.adapterspec`; this module hands it the environment.  ``HOME``
+(config key ``home``) is where `syncengine migrate` finds the old layout's
+home directories.
 """
 
 from __future__ import annotations
@@ -25,13 +29,20 @@ from typing import Any
 
 import attrs
 
-from syncengine.adapterspec import AdapterSpec, MigrateStep, adapter_spec, check_overlaps
+from syncengine.adapterspec import (
+    AdapterSpec,
+    MigrateStep,
+    adapter_name,
+    adapter_spec,
+    check_overlaps,
+    place,
+)
 from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
     {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs",
      "journal_dir", "sqlite_busy_timeout", "rescan_interval", "gc", "require_mount",
-     "write_back", "rclone_rc", "confirm_timeout"}
+     "write_back", "rclone_rc", "confirm_timeout", "home", "live", "durable", "plain_after"}
 )
 GC_KEYS = frozenset({"absent_passes", "grace_seconds", "min_present_ratio", "staging_seconds"})
 DEFAULT_INTERVAL = 15.0
@@ -39,6 +50,7 @@ DEFAULT_JOBS = 8
 DEFAULT_SQLITE_BUSY_TIMEOUT = 2.0
 DEFAULT_RESCAN_INTERVAL = 600.0
 DEFAULT_CONFIRM_TIMEOUT = 60.0  # seconds a pass waits for a write-back mount's uploads
+DEFAULT_PLAIN_AFTER = 180.0  # a transcript quiet this long is published whole at its path
 # What a number may be: (smallest, largest, whole number).  Bounds keep a typo from
 # becoming a busy loop (interval 0) or a timer that never fires (inf overflows a wait).
 RANGES: dict[str, tuple[float, float, bool]] = {
@@ -46,6 +58,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "rescan_interval": (1.0, 604800.0, False),
     "sqlite_busy_timeout": (0.001, 3600.0, False),
     "jobs": (1, 256, True),
+    "plain_after": (1.0, 604800.0, False),
     "absent_passes": (1, 255, True),  # the index counts absent passes up to 255
     "grace_seconds": (0.0, math.inf, False),
     "min_present_ratio": (0.0, 1.0, False),
@@ -83,6 +96,8 @@ class Config:
     write_back: bool | None = None  # None: detect (writeback.CLIENTS); else as declared
     rclone_rc: str | None = None  # None: from the mount's command line
     confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT
+    home: Path | None = None  # $HOME: the old layout's home directories (migrate)
+    plain_after: float = DEFAULT_PLAIN_AFTER  # seconds without an append (segments.py)
 
     def adapter(self, name: str) -> AdapterSpec:
         for spec in self.adapters:
@@ -114,6 +129,7 @@ def builtin_adapters() -> dict[str, dict[str, Any]]:
         raw = _read_toml(path)
         raw.setdefault("name", path.stem)
         raw["__origin__"] = f"built-in {path.name}"
+        raw["__builtin__"] = True
         out[str(raw["name"])] = raw
     return out
 
@@ -192,6 +208,8 @@ def config_from_dict(
     rescan = layers.number("rescan_interval", default=DEFAULT_RESCAN_INTERVAL)
     journal_dir = layers.path("journal_dir", default=str(durable_root / "journal"))
     busy = layers.number("sqlite_busy_timeout", default=DEFAULT_SQLITE_BUSY_TIMEOUT)
+    plain_after = layers.number("plain_after", default=DEFAULT_PLAIN_AFTER)
+    home = layers.path("home", env_key="HOME") if layers.has("home", "HOME") else None
     require_mount = layers.get("require_mount", None, False)
     if not isinstance(require_mount, bool):
         raise ConfigError(f"{layers.sources['require_mount']}: require_mount must be true or "
@@ -206,7 +224,7 @@ def config_from_dict(
                   sqlite_busy_timeout=float(busy), rescan_interval=float(rescan),
                   sources=dict(layers.sources), journal_dir=journal_dir, gc=gc,
                   require_mount=require_mount, write_back=write_back, rclone_rc=rclone_rc,
-                  confirm_timeout=float(confirm))
+                  confirm_timeout=float(confirm), home=home, plain_after=float(plain_after))
 
 
 def _write_back(layers: _Layers) -> tuple[bool | None, str | None]:
@@ -299,6 +317,22 @@ class _Layers:
         self.layer[key] = "default"
         return default
 
+    def has(self, key: str, env_key: str) -> bool:
+        """Whether any layer sets `key` (recording "not set" as its source otherwise)."""
+        if (self.overrides.get(key) is not None or key in self.raw
+                or self.env.get(env_key)):
+            return True
+        self.sources[key] = f"not set (${env_key})"
+        return False
+
+    def table(self, key: str) -> dict[str, Any]:
+        """A config-file table of adapter name -> value (``[live]``, ``[durable]``)."""
+        value = self.raw.get(key, {})
+        if not isinstance(value, dict):
+            raise ConfigError(f"{self.origin}: {key} must be a table of adapter name = path "
+                              f"([{key}])")
+        return value
+
     def path(self, key: str, *, env_key: str | None = None, default: str | None = None,
              fix: str = "") -> Path:
         value = self.get(key, env_key, default)
@@ -347,22 +381,40 @@ def _adapter_specs(layers: _Layers, local_root: Path, durable_root: Path
     extra = layers.raw.get("adapter", [])
     if not isinstance(extra, list) or not all(isinstance(t, dict) for t in extra):
         raise ConfigError(f"{layers.origin}: adapter must be an array of tables ([[adapter]])")
-    tables.extend({**t, "__origin__": layers.origin} for t in extra)
+    tables.extend({**t, "__origin__": layers.origin, "__builtin__": False} for t in extra)
     if not tables:
         raise ConfigError(f"{layers.sources['adapters']}: no adapter is enabled: name built-in "
                           f"ones in adapters ({', '.join(builtins)}) or define one with "
                           "[[adapter]]")
     specs: list[AdapterSpec] = []
     seen: set[str] = set()
+    placed = {key: (layers.table(key), dict(layers.overrides.get(key) or {}))
+              for key in ("live", "durable")}
     for table in tables:
-        spec = adapter_spec(table, local_root, durable_root)
-        if spec.name in seen:
+        name = adapter_name(table)
+        if name in seen:
             raise ConfigError(
-                f"{spec.origin}: adapter name {spec.name!r} is used twice: rename one "
+                f"{table.get('__origin__')}: adapter name {name!r} is used twice: rename one "
                 "or remove it from `adapters`"
             )
-        seen.add(spec.name)
-        specs.append(spec)
+        seen.add(name)
+        paths: dict[str, Path | None] = {}
+        for key in ("live", "durable"):
+            from_file, from_flag = placed[key]
+            found = place(table, key, env=layers.env, from_file=from_file,
+                          file_origin=layers.origin, file_dir=layers.base_dir,
+                          from_flag=from_flag)
+            paths[key] = found.path if found else None
+            layers.sources[f"{key}.{name}"] = found.source if found else (
+                "default" if table.get("__builtin__") else str(table.get("__origin__")))
+        specs.append(adapter_spec(table, local_root, durable_root, live=paths["live"],
+                                  durable=paths["durable"]))
+    for key, (from_file, from_flag) in placed.items():
+        for name in [*from_file, *from_flag]:
+            if name not in seen:
+                where = f"flag --{key}" if name in from_flag else f"{layers.origin}: [{key}]"
+                raise ConfigError(f"{where}: no enabled adapter {name!r}: enabled adapters "
+                                  f"are {', '.join(sorted(seen))}")
     return tuple(specs)
 
 

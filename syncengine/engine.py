@@ -51,13 +51,20 @@ log = logging.getLogger("syncengine")
 Hints = Mapping[str, "set[str] | frozenset[str] | None"]
 
 
+# A durable tree's own directory, never live state: the old rsync script's restore
+# (after a rollback) copies it into the live tree, and published back it would land
+# over the manifest and chains it is a copy of.
+RESERVED = "/.syncengine/"
+
+
 def exclusion_patterns(spec: AdapterSpec) -> tuple[str, ...]:
-    """An adapter's exclusions: its own list plus its SQLite databases and companions.
+    """An adapter's exclusions: its own list plus its SQLite databases and companions,
+    and `RESERVED`.
 
     A listed database is never copied as a file: its WAL and SHM are read at
     different transaction boundaries (the SQLite adapter snapshots it instead).
     """
-    return spec.exclude + database_patterns(spec.sqlite)
+    return spec.exclude + database_patterns(spec.sqlite) + (RESERVED,)
 
 
 class Engine:
@@ -178,6 +185,8 @@ class Engine:
             return Report("checkpoint", started, 0.0, (), skipped_busy=True)
         try:
             reports = self._checkpoint_locked(specs, started, dry_run, final, hints or {})
+            if final:  # every log's bytes are durable: now each one whole at its path
+                reports = [self._plain_phase(rep, started, dry_run) for rep in reports]
         except OSError as exc:  # not translated where it happened: still one clear line
             raise self.os_error("checkpoint", exc) from exc
         finally:
@@ -243,9 +252,13 @@ class Engine:
             else:
                 missing = missing_mod.missing_among(state, result.gone)
             idle = segments.idle_chains(state.index, started) if state.segments else frozenset()
+            plain = segments.plain_wanted(state.index, started, self._quiet_ns()
+                                          ) if state.segments else frozenset()
             sniff = checkpoint.LiveContent(state.live) if state.sqlite is not None else None
             actions = plan_checkpoint(result, state.index, missing, idle, logs=state.segments,
-                                      sniff=sniff) + tuple(
+                                      sniff=sniff, plain=plain,
+                                      plain_why=f"quiet for {self.config.plain_after:g} s"
+                                      ) + tuple(
                 sqlite.plan_databases(state.live, state.sqlite_patterns, state.index))
             if dry_run:
                 reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
@@ -349,6 +362,32 @@ class Engine:
                 raise self.os_error("check the durable side", exc) from exc
         for rep in reports:
             log.error("durable.check-failed adapter=%s error=%s", rep.name, rep.fatal)
+
+    def _quiet_ns(self) -> int:
+        return int(self.config.plain_after * 1e9)
+
+    def _plain_phase(self, rep: AdapterReport, started: int, dry_run: bool) -> AdapterReport:
+        """After a final checkpoint: publish each log whose plain copy is behind its chain
+        whole at its plain path (segments.py), as a pass of its own."""
+        from syncengine import checkpoint, segments
+        from syncengine.plan import PlainCopy
+
+        spec = self.config.adapter(rep.name)
+        if rep.fatal is not None or not spec.segments:
+            return rep
+        state = self._state(spec)
+        actions = [PlainCopy(p, rec.size, "final checkpoint") for p in sorted(
+            segments.plain_wanted(state.index, started, self._quiet_ns(), final=True))
+            if (rec := state.index.get(p)) is not None]
+        if dry_run or not actions:
+            return _with(rep, plan=rep.plan + tuple(map(str, actions)))
+        state.store.before_first_write(functools.partial(self._prepare_store, state.store))
+        more = checkpoint.run(state, actions, started_ns=started, jobs=self._copy_jobs(),
+                              final=True, progress=self.progress)
+        return _with(rep, files=rep.files + more.files, bytes=rep.bytes + more.bytes,
+                     plain_copies=rep.plain_copies + more.plain_copies,
+                     errors=rep.errors + more.errors, fatal=more.fatal,
+                     manifest=more.manifest or rep.manifest)
 
     def restore(self, adapters: Sequence[str] | None = None, *, dry_run: bool = False
                 ) -> Report:

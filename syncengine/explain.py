@@ -26,7 +26,7 @@ import attrs
 from syncengine import sqlite
 from syncengine.config import AdapterSpec
 from syncengine.copier import SQLITE_MIN_SIZE
-from syncengine.engine import Engine, exclusion_patterns
+from syncengine.engine import RESERVED, Engine, exclusion_patterns
 from syncengine.errors import ConfigError
 from syncengine.patterns import COMPANIONS, Matcher, compile_patterns, database_patterns
 from syncengine.savefile import TEMP_SUFFIX
@@ -85,9 +85,12 @@ class _Rules:
         singles = tuple((p, "exclude", compile_patterns([p], where=where)) for p in spec.exclude)
         singles += tuple((p, "sqlite", compile_patterns([p], where=where))
                          for p in database_patterns(spec.sqlite))
+        singles += ((RESERVED, "reserved", compile_patterns([RESERVED], where=where)),)
         return cls(spec, job, logs, singles)
 
     def source(self, key: str) -> str:
+        if key == "reserved":
+            return "syncengine's own directory: a copy of a durable tree's, never live state"
         return f"{key} in {self.spec.origin}" if self.spec.origin else key
 
     def excluded_by(self, rel: str, is_dir: bool) -> tuple[str, str]:

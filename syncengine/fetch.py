@@ -103,15 +103,17 @@ def _checked(entry: Entry, size: int, st: os.stat_result, digest: int, unrecorde
 
 def fetch_log(entry: Entry, live: DirCache, durable: DirCache) -> Done | KeepLocal:
     """Rebuild an append-only log from its chain, listed here (in the copy pool, so the
-    listings of many logs overlap on a slow mount).
+    listings of many logs overlap on a slow mount), and from its plain copy where that
+    extends the chain (chain.py).
 
     Returns the log as rebuilt, with the chain state the index needs, or
-    KeepLocal when the local copy is as new as the chain; nothing is placed
-    unless every object verified.
+    KeepLocal when the local copy is as new as what the durable side holds;
+    nothing is placed unless every object verified.
     """
     resolved = chain.load(durable, entry)
+    plain = chain.plain_copy(durable, entry, resolved.size)
     try:
-        keep = _keep_local(entry, resolved, live)
+        keep = _keep_local(entry, resolved, live, plain)
         if keep is not None:
             return keep
         with live.parent(entry.path) as (dir_fd, name), \
@@ -124,11 +126,16 @@ def fetch_log(entry: Entry, live: DirCache, durable: DirCache) -> Done | KeepLoc
 
             listed = len(resolved.pieces)
             resolved, h = chain.read(resolved, durable, write)
-            if len(resolved.pieces) < listed:  # a torn last object was left out: ask again
-                keep = _keep_local(entry, resolved, live)
+            rebuilt = resolved.as_entry(h)
+            grown = chain.extend(durable, entry, resolved.size, h, write) if plain else None
+            if grown is not None:  # the chain's state stays; the index sees the rest as new
+                rebuilt = attrs.evolve(rebuilt, size=grown[0], mtime_ns=max(
+                    grown[1], rebuilt.mtime_ns), extra={**rebuilt.extra, chain.PLAIN: {
+                        "size": grown[0], "hash": f"{grown[2]:016x}"}})
+            elif plain is not None or len(resolved.pieces) < listed:
+                keep = _keep_local(entry, resolved, live, None)  # less than planned: ask again
                 if keep is not None:
                     return keep
-            rebuilt = resolved.as_entry(h)
             tmp.close(mode=entry.mode, mtime_ns=rebuilt.mtime_ns)
             tmp.publish(name, target_dir_fd=dir_fd)
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -139,10 +146,17 @@ def fetch_log(entry: Entry, live: DirCache, durable: DirCache) -> Done | KeepLoc
     return rebuilt, st, h
 
 
-def _keep_local(entry: Entry, resolved: chain.Chain, live: DirCache) -> KeepLocal | None:
-    """KeepLocal when the live copy of a log is as new as its chain (hot restart)."""
+def _keep_local(entry: Entry, resolved: chain.Chain, live: DirCache,
+                plain: os.stat_result | None) -> KeepLocal | None:
+    """KeepLocal when the live copy of a log is as new as its chain, or as its plain copy
+    when that is longer (hot restart)."""
     local = local_state(live, entry.path)
-    reason = keep_reason(resolved.as_entry(), local) if local is not None else None
+    if local is None:
+        return None
+    durable = resolved.as_entry()
+    if plain is not None:
+        durable = attrs.evolve(durable, size=plain.st_size, mtime_ns=plain.st_mtime_ns)
+    reason = keep_reason(durable, local)
     return KeepLocal(entry, reason) if reason is not None else None
 
 

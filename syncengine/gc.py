@@ -185,8 +185,10 @@ def refusal(facts: Facts, cfg: GcConfig) -> str | None:
 
 def _objects_of(entry: Entry, chains: Mapping[str, list[tuple[str, int]]]
                 ) -> list[tuple[str, int]]:
-    if entry.kind == "segments":
-        return chains.get(entry.path, [])
+    if entry.kind == "segments":  # every chain, and the plain copy at the path (segments.py)
+        plain = entry.extra.get("plain")
+        size = plain.get("size", 0) if isinstance(plain, dict) else 0
+        return [*chains.get(entry.path, []), (entry.path, size if isinstance(size, int) else 0)]
     if entry.kind in ("file", "sqlite"):
         return [(entry.location, entry.size)]
     return []  # a symlink lives in the manifest only

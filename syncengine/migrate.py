@@ -1,11 +1,16 @@
 """Migration from the old rsync layout, described per harness by ``[[migrate]]`` steps.
 
-Owns `syncengine migrate`.  Each step of an adapter (config.MigrateStep; README "Migrating from
-the rsync layout") is *planned* by looking at the disk, giving frozen actions
-with a readable line each; a dry run prints them, a real run executes them
-under the state lock.  Nothing is ever deleted: legacy directories are copied
-and kept (or renamed to a rollback name that is free), cache files are moved
-into quarantine, only a known local symlink is unlinked.  Copies follow
+Owns `syncengine migrate`, which does what the design's container entrypoint
+did before its first ``restore``: it creates every adapter's live and durable
+directory, then runs each adapter's steps (config.MigrateStep; README
+"Migrating from the rsync layout").  Each step is *planned* by looking at the
+disk, giving frozen actions with a readable line each; a dry run prints them,
+a real run executes them under the state lock.  Nothing is ever deleted:
+legacy directories are copied and kept (or renamed to a rollback name that is
+free), cache files are moved into quarantine, only a symlink is unlinked or
+replaced (``ln -sfn``: never a real directory or file).  When an action of a
+step fails, the step's later renames and links are not done, so the next run
+copies again from the same place.  Copies follow
 restore's rule (`plan.plan_restore_entry`): an equal or newer destination is
 left alone, which is also what makes a second run a no-op.  Files copied into
 a checkpoint are recorded in its manifest (a base including what was already
@@ -25,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from syncengine import manifest, openfiles
+from syncengine import manifest, openfiles, savefile
 from syncengine.config import AdapterSpec, MigrateStep
 from syncengine.copier import upload
 from syncengine.errors import DurableError, SourceError, durable_error
@@ -42,15 +47,40 @@ if TYPE_CHECKING:
 
 
 @attrs.frozen
+class MakeDir:
+    """Create an adapter's live or durable directory (and its parents)."""
+
+    path: Path
+
+    def __str__(self) -> str:
+        return f"create directory {self.path}"
+
+
+@attrs.frozen
 class Unlink:
     """Remove a symlink (never what it points to)."""
 
     path: Path
     target: str
     durable: bool = False  # on the durable side: through the Store
+    then_mkdir: bool = False  # create a directory in its place
 
     def __str__(self) -> str:
-        return f"unlink symlink {self.path} -> {self.target}"
+        then = "; create the directory" if self.then_mkdir else ""
+        return f"unlink symlink {self.path} -> {self.target}{then}"
+
+
+@attrs.frozen
+class Link:
+    """Make `path` a symlink to `target` (`ln -sfn`: a symlink there is replaced)."""
+
+    path: Path
+    target: Path
+    replaces: str | None = None  # the old link's target, if one is there
+
+    def __str__(self) -> str:
+        old = f" (replaces the link to {self.replaces})" if self.replaces is not None else ""
+        return f"link {self.path} -> {self.target}{old}"
 
 
 @attrs.frozen
@@ -93,7 +123,7 @@ class Note:
         return self.text
 
 
-Action = Unlink | Copy | Move | SnapshotOpen | Note
+Action = MakeDir | Unlink | Link | Copy | Move | SnapshotOpen | Note
 
 
 @attrs.frozen
@@ -111,22 +141,37 @@ class MigrateReport:
 # -- planning ---------------------------------------------------------------
 
 
+class _NoHome(Exception):
+    """A step names {home} and HOME is not set."""
+
+
 def _expand(text: str, engine: Engine, spec: AdapterSpec, source: Path | None = None) -> Path:
     cfg = engine.config
+    if "{home}" in text and cfg.home is None:
+        raise _NoHome(text)
     for key, value in (("{durable_root}", cfg.durable_root), ("{local_root}", cfg.local_root),
                        ("{durable}", spec.durable), ("{live}", spec.live),
-                       ("{from}", source or "")):
+                       ("{home}", cfg.home or ""), ("{from}", source or "")):
         text = text.replace(key, os.fspath(value))
     return Path(os.path.normpath(text))
+
+
+def plan_dirs(spec: AdapterSpec) -> list[Action]:
+    """The design entrypoint's first step: every live and durable directory exists."""
+    return [MakeDir(p) for p in (spec.live, spec.durable) if not os.path.isdir(p)]
 
 
 def plan_step(engine: Engine, spec: AdapterSpec, step: MigrateStep, now_ns: int
               ) -> list[Action]:
     """The actions of one step, decided against the disk as it is now."""
-    if step.action == "unlink_symlink":
-        return _plan_unlink(engine, spec, step)
-    if step.action == "copy_tree":
-        return _plan_copy_tree(engine, spec, step, now_ns)
+    try:
+        if step.action == "unlink_symlink":
+            return _plan_unlink(engine, spec, step)
+        if step.action == "copy_tree":
+            return _plan_copy_tree(engine, spec, step, now_ns)
+    except _NoHome as exc:
+        return [Note(f"{spec.name}: {step.action} {exc}: HOME is not set (environment "
+                     "variable HOME or config key home): skipped")]
     if step.action == "quarantine":
         return _plan_quarantine(spec, step, now_ns)
     return [Note(a) if isinstance(a, str) else a for a in openfiles.plan(spec, step)]
@@ -143,7 +188,7 @@ def _plan_unlink(engine: Engine, spec: AdapterSpec, step: MigrateStep) -> list[A
         if Path(os.path.normpath(path.parent / target)) != want:
             return [Note(f"{spec.name}: {path} -> {target} is not the old link to {want}: "
                          "left alone")]
-    return [Unlink(path, target)]
+    return [Unlink(path, target, then_mkdir=True)]
 
 
 def _db_matcher(spec: AdapterSpec) -> Matcher:
@@ -153,11 +198,15 @@ def _db_matcher(spec: AdapterSpec) -> Matcher:
 def _plan_copy_tree(engine: Engine, spec: AdapterSpec, step: MigrateStep, now_ns: int
                     ) -> list[Action]:
     src = _expand(step.source, engine, spec)
+    link_to = _expand(step.link_to, engine, spec, src) if step.link_to else None
     try:
         st = os.lstat(src)
     except FileNotFoundError:
-        return [Note(f"{spec.name}: nothing at {src}: nothing to copy")]
+        return [Note(f"{spec.name}: nothing at {src}: nothing to copy"),
+                *([Link(src, link_to)] if link_to else [])]
     if stat.S_ISLNK(st.st_mode):
+        if link_to:
+            return [_relink(spec, src, link_to)]
         if step.if_symlink == "unlink":
             return [Unlink(src, os.readlink(src), durable=True)]
         return [Note(f"{spec.name}: {src} is a symlink: skipped")]
@@ -192,7 +241,16 @@ def _plan_copy_tree(engine: Engine, spec: AdapterSpec, step: MigrateStep, now_ns
             stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(now_ns / 1e9))
             new = new.with_name(f"{new.name}.{stamp}")
         actions.append(Move(src.parent, src.name, new.name))
+        if link_to:
+            actions.append(Link(src, link_to))
     return actions or [Note(f"{spec.name}: {src} already copied: nothing to do")]
+
+
+def _relink(spec: AdapterSpec, path: Path, target: Path) -> Action:
+    old = os.readlink(path)
+    if Path(os.path.normpath(path.parent / old)) == target:
+        return Note(f"{spec.name}: {path} -> {target} already linked: nothing to do")
+    return Link(path, target, replaces=old)
 
 
 def _dest_state(store: Store, entry: Entry | None, dest: str) -> LocalState | None:
@@ -240,12 +298,14 @@ def run(engine: Engine, *, dry_run: bool) -> MigrateReport:
     try:
         for spec in engine.config.adapters:
             copied: list[Entry] = []
-            for step in spec.migrate:
+            for step in (None, *spec.migrate):
                 try:
-                    actions = plan_step(engine, spec, step, engine.clock())
+                    actions = (plan_dirs(spec) if step is None else
+                               plan_step(engine, spec, step, engine.clock()))
                 except DurableError as exc:
-                    errors.append(f"{spec.name}: {step.action}: {exc}")
+                    errors.append(f"{spec.name}: {getattr(step, 'action', 'mkdir')}: {exc}")
                     continue
+                failed = False
                 for action in actions:
                     if isinstance(action, Note):
                         lines.append(str(action))
@@ -254,10 +314,15 @@ def run(engine: Engine, *, dry_run: bool) -> MigrateReport:
                     if dry_run:
                         lines.append(f"would {action}")
                         continue
+                    if failed and isinstance(action, Move | Link):
+                        errors.append(f"not done: {action}: an earlier action of this step "
+                                      "failed (the next run copies again from there)")
+                        continue
                     try:
                         entry = _execute(engine, spec, action)
                     except (DurableError, SourceError, OSError) as exc:
                         errors.append(f"{action}: {exc}")
+                        failed = True
                         continue
                     lines.append(f"done: {action}")
                     if entry is not None:
@@ -277,11 +342,17 @@ def run(engine: Engine, *, dry_run: bool) -> MigrateReport:
 
 
 def _execute(engine: Engine, spec: AdapterSpec, action: Action) -> Entry | None:
-    if isinstance(action, Unlink):  # the symlink itself; its target is never touched
+    if isinstance(action, MakeDir):
+        os.makedirs(action.path, mode=0o700, exist_ok=True)
+    elif isinstance(action, Unlink):  # the symlink itself; its target is never touched
         if action.durable:
             Store(action.path.parent).delete(action.path.name)
         else:
             os.unlink(action.path)
+        if action.then_mkdir:
+            os.makedirs(action.path, mode=0o700, exist_ok=True)
+    elif isinstance(action, Link):
+        _link(action)
     elif isinstance(action, Move):
         Store(action.store).rename_new(action.rel, action.new_rel)
     elif isinstance(action, SnapshotOpen):
@@ -296,6 +367,21 @@ def _execute(engine: Engine, spec: AdapterSpec, action: Action) -> Entry | None:
             return Entry(action.dest, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64,
                          object=c.object)
     return None
+
+
+def _link(action: Link) -> None:
+    """`ln -sfn`, but a real directory or file at the path is never replaced."""
+    path = action.path
+    if os.path.lexists(path) and not path.is_symlink():
+        raise SourceError(os.fspath(path), "link", "a real file or directory is there: not "
+                          "replaced; move it away (it is the harness's old data) and run "
+                          "migrate again")
+    os.makedirs(path.parent, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        savefile.place_symlink(os.fspath(action.target), path.name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _record(engine: Engine, spec: AdapterSpec, copied: list[Entry]) -> str:

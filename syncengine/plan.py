@@ -58,14 +58,16 @@ class AppendSegments:
     size: int
     start: int  # bytes the chain already covers
     reason: str
+    plain: str = ""  # why the whole log is then published at its plain path ("": not)
 
     def __str__(self) -> str:
+        then = f"; then whole at its plain path: {self.plain}" if self.plain else ""
         if not self.start:
-            return f"segments {self.path} (new chain: {self.reason}, {self.size} bytes)"
+            return f"segments {self.path} (new chain: {self.reason}, {self.size} bytes{then})"
         if self.size == self.start:
-            return f"append {self.path} (no new bytes; {self.reason})"
+            return f"append {self.path} (no new bytes; {self.reason}{then})"
         return (f"append {self.path} ({self.size - self.start} bytes after {self.start}: "
-                "one segment of complete lines)")
+                f"one segment of complete lines{then})")
 
 
 @attrs.frozen
@@ -77,7 +79,21 @@ class Compact:
     reason: str
 
     def __str__(self) -> str:
-        return f"compact {self.path} ({self.reason}: a new chain of one base, {self.size} bytes)"
+        return (f"compact {self.path} ({self.reason}: a new chain of one base, {self.size} "
+                "bytes; and whole at its plain path unless it is there)")
+
+
+@attrs.frozen
+class PlainCopy:
+    """Publish a log's whole content (what its chain holds) at its plain durable path."""
+
+    path: str
+    size: int
+    reason: str
+
+    def __str__(self) -> str:
+        return (f"plain {self.path} ({self.reason}: the whole log at its plain path, "
+                f"{self.size} bytes)")
 
 
 @attrs.frozen
@@ -134,18 +150,21 @@ class SkipCompanion:
         return f"skip {self.path} (companion of SQLite database {self.database}: snapshotted)"
 
 
-CheckpointAction = (Upload | AppendSegments | Compact | RecordLink | MarkAbsent | SkipSpecial
-                    | Snapshot | SkipCompanion)
-PUBLISHING = (Upload, AppendSegments, Compact, Snapshot)  # actions that copy bytes
+CheckpointAction = (Upload | AppendSegments | Compact | PlainCopy | RecordLink | MarkAbsent
+                    | SkipSpecial | Snapshot | SkipCompanion)
+PUBLISHING = (Upload, AppendSegments, Compact, PlainCopy, Snapshot)  # actions that copy bytes
 
 
 def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
                     compact: frozenset[str] = frozenset(), *, logs: Matcher | None = None,
-                    sniff: Sniffer | None = None) -> tuple[CheckpointAction, ...]:
+                    sniff: Sniffer | None = None, plain: frozenset[str] = frozenset(),
+                    plain_why: str = "quiet") -> tuple[CheckpointAction, ...]:
     """One action per changed, new, vanished or special path, naming what will be done.
 
     `logs` matches append-only logs (segments); `compact` names idle logs whose
-    chain is rewritten as one base (whether or not they changed); `sniff` tells
+    chain is rewritten as one base (whether or not they changed); `plain` names
+    logs whose whole content is published at their plain path (segments.py;
+    `plain_why` says why) unless they changed in this pass; `sniff` tells
     SQLite databases and their companions from plain files (none: all plain).
     """
     actions: list[CheckpointAction] = []
@@ -155,11 +174,14 @@ def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
         action = _plan_seen(seen, index, logs, sniff, seen.path in compact)
         if isinstance(action, SkipCompanion):
             databases.add(action.database)
-        actions.append(action)
+        actions.append(action)  # a changed log is not quiet: `plain` is for unchanged ones
         changed.add(seen.path)
     for path in sorted(compact - changed):
         rec = index.get(path)
         actions.append(Compact(path, rec.size if rec else 0, "idle log"))
+    for path in sorted(plain - changed - compact):
+        rec = index.get(path)
+        actions.append(PlainCopy(path, rec.size if rec else 0, plain_why))
     snapshotted = {a.path for a in actions if isinstance(a, Snapshot)}
     actions.extend(Snapshot(p, "unlisted database: its WAL or journal changed", listed=False)
                    for p in sorted(databases - snapshotted))
@@ -204,8 +226,10 @@ def _plan_log(seen: Seen, index: Index, compact: bool) -> AppendSegments | Compa
     lens = list(extra.get("lens", ()))
     covered = sum(lens)
     if rec is None or not lens or not extra.get("chain"):
+        over = rec is not None and rec.kind == "file"  # its plain copy is that old content
         return AppendSegments(seen.path, seen.size, 0, "new log" if rec is None else
-                              "not a segment chain yet")
+                              "not a segment chain yet",
+                              plain="first chain over its plain copy" if over else "")
     if seen.size < covered:
         return AppendSegments(seen.path, seen.size, 0, f"shrank below the {covered} bytes "
                               "published")

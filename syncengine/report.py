@@ -30,6 +30,7 @@ class AdapterReport:
     links: int = 0
     skipped: int = 0  # special files, vanished files
     changed: int = 0  # changed while copied: previous durable copy kept, taken next pass
+    plain_copies: int = 0  # transcripts published whole at their plain path (segments.py)
     manifest: str | None = None  # the manifest object written, if any
     errors: tuple[PathError, ...] = ()
     fatal: str | None = None  # the durable side failed: the adapter stopped

@@ -24,6 +24,20 @@ new chain with a fresh base, as does compaction (a chain longer than
 `MAX_SEGMENTS`, or idle for `IDLE_NS` with more than one object); a new
 chain is always recorded in the manifest.  Superseded chains stay for ``gc``.
 
+The log's *plain copy*: so that anything reading the bucket directly (a
+person, another tool, the old rsync script after a rollback) finds each
+transcript whole at its plain durable path, the chain's whole content is
+also published there, as one closed object renamed into place, when the log
+has been quiet for ``plain_after`` seconds (`plain_wanted`), at compaction,
+when its first chain replaces a plain copy (the path was a whole file), and
+after a final checkpoint (in a phase of its own, once every log's new bytes
+are durable and recorded: the engine runs it).  What the plain path holds is
+recorded as `PLAIN` in the chain state (and so in the manifest): an idle log
+whose plain copy is current costs nothing.  Restore reads the plain copy only
+where it extends the chain (chain.py); on a mount without rename it is not
+written (it could only be a unique object under ``objects/``, which nothing
+reads).
+
 The index keeps, beside ``chain`` and ``lens``, local-only state under
 `LOCAL`: the inode, and ``recorded``, how many objects of the chain the
 manifest lists (`unrecorded` names the logs it is behind for).
@@ -31,6 +45,7 @@ manifest lists (`unrecorded` names the logs it is behind for).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -38,13 +53,14 @@ from typing import Any
 import attrs
 import xxhash
 
-from syncengine.chain import LOCAL, SEG_DIR, chain_dir, object_name
+from syncengine.chain import LOCAL, PLAIN, SEG_DIR, chain_dir, object_name
 from syncengine.copier import Changed, Copied, _close, hash_file, open_source, stream, unwritten
 from syncengine.errors import SourceError
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
 from syncengine.store import Store
 
+log = logging.getLogger("syncengine")
 MAX_SEGMENTS = 256  # objects in a chain before it is compacted into a new base
 IDLE_NS = 300 * 10**9  # a log unchanged this long with >1 object is compacted
 _TAIL_SCAN = 1 << 16
@@ -60,7 +76,8 @@ class Logged(Copied):
 
     extra: dict[str, Any] = attrs.field(factory=dict)
     written: int = 0  # bytes written to the durable side
-    why: str = ""  # "append", or why a new chain started
+    why: str = ""  # "append", or why a new chain started ("plain": only the plain copy)
+    plain_written: bool = False  # the whole log was published at its plain path
 
     @property
     def appended(self) -> bool:
@@ -93,8 +110,9 @@ def _last_newline_end(fd: int, start: int, size: int) -> int:
 
 
 def publish(store: Store, live_root: str, relpath: str, index: Index, *, final: bool,
-            compact: bool, recent_ns: int | None = None) -> Logged:
-    """Checkpoint one log: a new segment, a new chain, or nothing (see module doc).
+            compact: bool, recent_ns: int | None = None, plain: bool = False) -> Logged:
+    """Checkpoint one log: a new segment, a new chain, or nothing (see module doc); with
+    `plain`, then its whole content at its plain path unless that is current.
 
     `recent_ns`: the time after which a write may share a timestamp tick with
     this pass (`copier.unwritten`).  Raises `Changed` when the published prefix
@@ -103,8 +121,14 @@ def publish(store: Store, live_root: str, relpath: str, index: Index, *, final: 
     src = f"{live_root}/{relpath}"
     fd, st = open_source(src)
     try:
-        return _publish(store, fd, st, src, relpath, index, final=final, compact=compact,
-                        recent_ns=recent_ns)
+        logged = _publish(store, fd, st, src, relpath, index, final=final, compact=compact,
+                          recent_ns=recent_ns)
+        if plain and not plain_current(logged.extra, logged.hash64):
+            try:
+                logged = _publish_plain(store, fd, st, src, relpath, logged)
+            except Waiting as exc:  # the chain's part stands; the plain copy waits
+                log.debug("segments.plain-waiting path=%s (%s)", relpath, exc)
+        return logged
     except OSError as exc:
         raise SourceError(relpath, "read", exc.strerror or str(exc)) from exc
     finally:
@@ -173,10 +197,53 @@ def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, 
         store.publish(tmp, name)
     after = os.fstat(fd)
     lens.append(cut - start)
-    extra = {"chain": chain, "lens": lens, LOCAL: {"ino": st.st_ino, "recorded": recorded}}
+    extra = {"chain": chain, "lens": lens, LOCAL: {"ino": st.st_ino, "recorded": recorded},
+             **({PLAIN: old[PLAIN]} if PLAIN in old else {})}
     return Logged(True, cut, digest, st.st_mode, st.st_mtime_ns, _sig(st),
                   raced=_sig(after) != _sig(st) or after.st_ino != st.st_ino, extra=extra,
                   written=cut - start, why=why or "append")
+
+
+def _publish_plain(store: Store, fd: int, st: os.stat_result, src: str, relpath: str,
+                   logged: Logged) -> Logged:
+    """Publish the chain's content (`logged`: bytes [0, size) with their hash) whole at the
+    plain path; the bytes are read again and must hash the same, else Waiting."""
+    size = sum(logged.extra.get("lens", ()))
+    state = {"size": size, "hash": f"{logged.hash64:016x}"}
+    if store.writes_in_place():  # no rename: it would be a unique object nothing reads
+        return attrs.evolve(logged, extra={**logged.extra, PLAIN: {**state, "skipped": True}})
+    os.lseek(fd, 0, os.SEEK_SET)
+    with store.staged(st.st_mode, relpath) as tmp:
+        n, digest = stream(fd, size, tmp.write, src_name=src, dst_name=f"{store.root}/{relpath}")
+        if n != size or digest != logged.hash64:
+            raise Waiting("changed while its plain copy was read")
+        _close(tmp, st, store, relpath)
+        store.publish(tmp, relpath)
+    return attrs.evolve(logged, published=True, extra={**logged.extra, PLAIN: state},
+                        written=logged.written + size, plain_written=True,
+                        why=logged.why if logged.published else "plain")
+
+
+def plain_current(extra: dict[str, Any], hash64: int) -> bool:
+    """Whether the plain path holds the chain's whole content (or needs none)."""
+    state = extra.get(PLAIN)
+    return (isinstance(state, dict) and state.get("size") == sum(extra.get("lens", ()))
+            and state.get("hash") == f"{hash64:016x}")
+
+
+def plain_wanted(index: Index, now_ns: int, quiet_ns: int, *, final: bool = False
+                 ) -> frozenset[str]:
+    """Logs whose plain copy is behind their chain and that have been quiet for
+    `quiet_ns` (with `final`: every such log, writers having stopped)."""
+    out = set()
+    for path, extra in index.extras.items():
+        rec = index.get(path)
+        if (rec is None or rec.kind != "segments" or rec.absent or not extra.get("lens")
+                or plain_current(extra, rec.hash64)):
+            continue
+        if final or rec.mtime_ns < now_ns - quiet_ns:
+            out.add(path)
+    return frozenset(out)
 
 
 def _local(extra: dict[str, Any]) -> dict[str, Any]:
@@ -212,6 +279,8 @@ def seed(index: Index, entry: Entry, *, ino: int | None = None, size: int | None
     recorded = _local(dict(entry.extra)).get("recorded")
     if not isinstance(recorded, int):
         recorded = len(extra.get("lens", ()))
+    if size is not None and size > sum(extra.get("lens", ())):
+        ctime_ns = DIRTY  # bytes the chain lacks (from its plain copy): the next pass looks
     index.record(entry.path, size=entry.size if size is None else size,
                  mtime_ns=entry.mtime_ns if mtime_ns is None else mtime_ns, ctime_ns=ctime_ns,
                  hash64=entry.hash or 0, mode=entry.mode, kind="segments",
@@ -258,6 +327,6 @@ def mark_recorded(index: Index, entries: Iterable[Entry]) -> None:
             index.changed = True
 
 
-__all__ = ["LOCAL", "MAX_SEGMENTS", "SEG_DIR", "Logged", "Waiting", "chain_dir",
-           "complete_lines_end", "idle_chains", "manifest_extra", "mark_recorded", "publish",
-           "seed", "seed_kept", "unrecorded"]
+__all__ = ["LOCAL", "MAX_SEGMENTS", "PLAIN", "SEG_DIR", "Logged", "Waiting", "chain_dir",
+           "complete_lines_end", "idle_chains", "manifest_extra", "mark_recorded",
+           "plain_current", "plain_wanted", "publish", "seed", "seed_kept", "unrecorded"]

@@ -30,7 +30,7 @@ import attrs
 from syncengine import sqlite
 from syncengine.copier import Published, Vanished, in_order
 from syncengine.errors import SourceError
-from syncengine.plan import AppendSegments, Compact, Snapshot, Upload
+from syncengine.plan import AppendSegments, Compact, PlainCopy, Snapshot, Upload
 
 if TYPE_CHECKING:  # checkpoint imports this module
     from syncengine.checkpoint import AdapterState
@@ -52,14 +52,15 @@ class Sorted:
     """A pass's copies split into databases (snapshotted first) and everything else."""
 
     databases: tuple[Database, ...]
-    files: tuple[Upload | AppendSegments | Compact, ...]
+    files: tuple[Upload | AppendSegments | Compact | PlainCopy, ...]
 
 
 class Deferred(Exception):
     """A database found while copying a file: snapshotted next pass, after its files."""
 
 
-def split(actions: Sequence[Upload | AppendSegments | Compact | Snapshot]) -> Sorted:
+def split(actions: Sequence[Upload | AppendSegments | Compact | PlainCopy | Snapshot]
+          ) -> Sorted:
     """Databases first, in path order; the plan already named them (see plan.py)."""
     dbs = {a.path: Database(a.path, a.listed) for a in actions if isinstance(a, Snapshot)}
     files = tuple(a for a in actions if not isinstance(a, Snapshot))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from syncengine import probe, savefile
-from syncengine.config import Config
+from syncengine.config import AdapterSpec, Config
 from syncengine.index import Index
 from syncengine.patterns import Matcher
 from syncengine.report import Report
@@ -81,10 +81,14 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
         st = read_json(status_path(cfg.state_dir, spec.name))
         idx = Index.load(index_path(cfg.state_dir, spec.name))
         last = st.get("last_checkpoint_ns")
+        live_source = cfg.sources.get(f"live.{spec.name}", "default")
         adapters.append({
             "loss_window_s": round((now_ns - last) / 1e9, 3) if last else None,
             "pending": pending.get(spec.name, 0) if daemon.get("running") else None,
             "name": spec.name, "live": str(spec.live), "durable": str(spec.durable),
+            "live_source": live_source,
+            "durable_source": cfg.sources.get(f"durable.{spec.name}", "default"),
+            "warning": _live_warning(spec, live_source),
             "origin": spec.origin, "exclude": list(matchers[spec.name].patterns),
             "live_exists": spec.live.is_dir(),
             "indexed_files": len(idx) if idx is not None else 0,
@@ -94,7 +98,7 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
         })
     keys = ("local_root", "durable_root", "state_dir", "interval", "jobs",
             "sqlite_busy_timeout", "rescan_interval", "journal_dir", "require_mount",
-            "write_back", "rclone_rc", "confirm_timeout")
+            "write_back", "rclone_rc", "confirm_timeout", "home", "plain_after")
     shown = {k: [_plain(getattr(cfg, k)), cfg.sources.get(k)] for k in keys}
     shown["adapters"] = [[s.name for s in cfg.adapters], cfg.sources.get("adapters")]
     return {
@@ -106,6 +110,15 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
         "daemon": daemon or None,
         "adapters": adapters,
     }
+
+
+def _live_warning(spec: AdapterSpec, source: str) -> str | None:
+    """A built-in adapter's live tree named explicitly (its variable, a config file, a
+    flag) that does not exist: probably a typo, or the harness writes somewhere else."""
+    if not spec.builtin or source == "default" or spec.live.is_dir():
+        return None
+    return (f"live tree {spec.live} does not exist, but {source} names it: check the "
+            "value (the harness may write elsewhere; nothing there is checkpointed)")
 
 
 def _plain(value: Any) -> Any:

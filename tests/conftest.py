@@ -51,6 +51,12 @@ bucket_factory = bucket_mount.bucket_factory
 rclone_factory = rclone_mount.rclone_factory  # real rclone mounts (tests/rclone_mount.py)
 
 DURABLE_KINDS = ("dir", "bucket")
+# Read by syncengine's configuration (README "Configuration"): never from the caller's shell.
+DESIGN_VARIABLES = frozenset({
+    "SYNCENGINE_CONFIG", "AGENT_STATE_CHECKPOINT_SECONDS", "CODEX_HOME", "CODEX_DURABLE",
+    "CLAUDE_CONFIG_DIR", "CLAUDE_DURABLE", "GEMINI_CLI_HOME", "GEMINI_LIVE", "GEMINI_DURABLE",
+    "OPENCLAW_STATE_DIR", "OPENCLAW_DURABLE", "OPENCODE_LIVE", "OPENCODE_DURABLE",
+    "HERMES_LIVE", "HERMES_DURABLE"})
 RCLONE_KINDS = ("rclone-off", "rclone-writes")
 REPO = Path(__file__).resolve().parent.parent
 
@@ -91,9 +97,12 @@ class Tree:
         return self.local / ".syncengine"
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("SYNCENGINE_CONFIG", "AGENT_STATE_CHECKPOINT_SECONDS")}
-        env.update(AM_LOCAL=str(self.local), DATA_DIR=str(self.data))
+        """The deployment's environment: this tree's roots, none of the caller's settings
+        (the design's per-harness variables would move the trees), and a HOME of its own
+        (`migrate` copies, renames and links what it finds under $HOME)."""
+        env = {k: v for k, v in os.environ.items() if k not in DESIGN_VARIABLES}
+        env.update(AM_LOCAL=str(self.local), DATA_DIR=str(self.data),
+                   HOME=str(self.base / "home"))
         # Child processes import this checkout's syncengine, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         env.update(extra)

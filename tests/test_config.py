@@ -331,3 +331,96 @@ def test_any_bad_value_exits_2_with_one_line_and_no_traceback(data: st.DataObjec
         assert err.getvalue().count("\n") == 1 and key in err.getvalue(), err.getvalue()
         assert sorted(p.name for p in base.iterdir()) == ["c.toml", "local"]
         assert not any((base / "local").iterdir())
+
+
+# The design's per-harness variables (scripts/agent-state.sh), with where each one puts
+# the adapter's tree: (adapter, "live" or "durable", variable).
+DESIGN_VARIABLES = [
+    ("codex", "live", "CODEX_HOME"), ("codex", "durable", "CODEX_DURABLE"),
+    ("claude", "live", "CLAUDE_CONFIG_DIR"), ("claude", "durable", "CLAUDE_DURABLE"),
+    ("gemini", "live", "GEMINI_LIVE"), ("gemini", "durable", "GEMINI_DURABLE"),
+    ("openclaw", "live", "OPENCLAW_STATE_DIR"), ("openclaw", "durable", "OPENCLAW_DURABLE"),
+    ("opencode", "live", "OPENCODE_LIVE"), ("opencode", "durable", "OPENCODE_DURABLE"),
+    ("hermes", "live", "HERMES_LIVE"), ("hermes", "durable", "HERMES_DURABLE"),
+]
+
+
+def test_the_design_variables_place_each_harness_tree() -> None:
+    env = {"AM_LOCAL": "/l", "DATA_DIR": "/d"}
+    env.update({var: f"/elsewhere/{var.lower()}" for _, _, var in DESIGN_VARIABLES})
+    cfg = load_config(env=env)
+    for name, key, var in DESIGN_VARIABLES:
+        assert getattr(cfg.adapter(name), key) == Path(f"/elsewhere/{var.lower()}"), var
+        assert cfg.sources[f"{key}.{name}"] == f"env ${var}"
+    # GEMINI_LIVE defaults to $GEMINI_CLI_HOME/.gemini; an empty variable is not set
+    cfg = load_config(env={"AM_LOCAL": "/l", "GEMINI_CLI_HOME": "/g", "GEMINI_LIVE": "",
+                           "CODEX_HOME": ""})
+    assert cfg.adapter("gemini").live == Path("/g/.gemini")
+    assert cfg.sources["live.gemini"] == "env $GEMINI_CLI_HOME/.gemini"
+    assert cfg.adapter("codex").live == Path("/l/codex-home")
+    assert cfg.sources["live.codex"] == "default"
+    both = load_config(env={"AM_LOCAL": "/l", "GEMINI_CLI_HOME": "/g", "GEMINI_LIVE": "/x"})
+    assert both.adapter("gemini").live == Path("/x")
+
+
+def test_adapter_trees_precedence_env_then_file_then_flag(tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text('[live]\ncodex = "codex-here"\n[durable]\nhermes = "/file/hermes"\n')
+    env = {"AM_LOCAL": "/l", "CODEX_HOME": "/env/codex", "HERMES_DURABLE": "/env/hermes",
+           "CLAUDE_CONFIG_DIR": "/env/claude"}
+    cfg = load_config(conf, env=env)
+    assert cfg.adapter("codex").live == tmp_path / "codex-here", "relative to the file's folder"
+    assert cfg.sources["live.codex"] == f"config {conf}"
+    assert cfg.adapter("hermes").durable == Path("/file/hermes")
+    assert cfg.adapter("claude").live == Path("/env/claude")
+    cfg = load_config(conf, env=env, overrides={"live": {"codex": "/flag/codex"}})
+    assert cfg.adapter("codex").live == Path("/flag/codex")
+    assert cfg.sources["live.codex"] == "flag --live"
+
+
+@pytest.mark.parametrize(("raw", "needle"), [
+    ({"live": {"nope": "/x"}}, "no enabled adapter 'nope'"),
+    ({"live": "codex=/x"}, "live must be a table"),
+    ({"durable": {"codex": 3}}, "[durable] codex must be a non-empty path"),
+    ({"adapters": [], "adapter": [{"name": "n", "live": "n", "durable": "d",
+                                   "live_env": ["NOT A NAME"]}]}, "live_env must be a list"),
+    ({"adapters": [], "adapter": [{"name": "n", "live": "n", "durable": "d",
+                                   "live_env": "N_LIVE"}]}, "live_env must be a list"),
+])
+def test_bad_adapter_trees_are_refused(raw: dict[str, object], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(raw, env={"AM_LOCAL": "/l"})
+    assert needle in str(info.value)
+
+
+def test_an_extra_adapter_names_its_own_variables() -> None:
+    raw = {"adapters": [], "adapter": [{"name": "notes", "live": "notes", "durable": "s/n",
+                                        "live_env": ["NOTES_HOME/inner"]}]}
+    cfg = config_from_dict(raw, env={"AM_LOCAL": "/l", "NOTES_HOME": "/n"})
+    assert cfg.adapter("notes").live == Path("/n/inner")
+    cfg = config_from_dict(raw, env={"AM_LOCAL": "/l"})
+    assert cfg.adapter("notes").live == Path("/l/notes")
+
+
+@pytest.mark.dir_only("status reads local state only")
+def test_status_shows_each_tree_with_its_source_and_warns_on_a_missing_one(
+        tree: Tree, cli: CliRunner) -> None:
+    codex = tree.base / "codex-live"
+    codex.mkdir()
+    env = tree.env(CODEX_HOME=str(codex), CLAUDE_CONFIG_DIR=str(tree.base / "typo"),
+                   HERMES_DURABLE=str(tree.base / "hd"))
+    out = cli("--durable", f"claude={tree.base / 'cd'}", "status", "--live",
+              f"openclaw={tree.base / 'oc'}", env=env, check=0).stdout  # before and after
+    assert f"openclaw: {tree.base}/oc (flag --live) -> " in out
+    assert f"codex: {codex} (env $CODEX_HOME) -> {tree.data}/state/codex (default)" in out
+    assert (f"claude: {tree.base}/typo (env $CLAUDE_CONFIG_DIR) -> {tree.base}/cd "
+            "(flag --durable)") in out
+    assert f"hermes: {tree.local}/hermes (default) -> {tree.base}/hd (env $HERMES_DURABLE)" in out
+    warnings = [line for line in out.splitlines() if "WARNING" in line]
+    assert len(warnings) == 2 and f"{tree.base}/typo does not exist" in warnings[0]
+    assert "env $CLAUDE_CONFIG_DIR names it" in warnings[0]
+    assert "flag --live names it" in warnings[1]
+    data = json.loads(cli("status", "--json", env=env, check=0).stdout)
+    claude = next(a for a in data["adapters"] if a["name"] == "claude")
+    assert claude["live_source"] == "env $CLAUDE_CONFIG_DIR" and claude["warning"]
+    assert data["config"]["home"] == [str(tree.base / "home"), "env $HOME"]

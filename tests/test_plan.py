@@ -81,7 +81,8 @@ def test_the_dry_run_names_each_action_that_will_be_taken(tree: Tree) -> None:
         "upload same.txt (same size: hash first, 4 bytes)",
         "snapshot unlisted.sqlite (unlisted database, new)",
         "skip unlisted.sqlite-wal (companion of SQLite database unlisted.sqlite: snapshotted)",
-        "compact logs/idle.jsonl (idle log: a new chain of one base, 6 bytes)",
+        "compact logs/idle.jsonl (idle log: a new chain of one base, 6 bytes; and whole at "
+        "its plain path unless it is there)",
         "snapshot quiet.sqlite (unlisted database: its WAL or journal changed)",
         "absent gone.txt (durable copy kept)",
         "skip fifo (not a regular file or symlink)",
@@ -105,4 +106,5 @@ def test_the_dry_run_names_each_action_that_will_be_taken(tree: Tree) -> None:
                                                                   "segments")]
     assert copies == [] and "absent gone.txt (durable copy kept)" in again.plan
     # two objects now, idle by the fixed clock: its compaction is due
-    assert "compact logs/app.jsonl (idle log: a new chain of one base, 12 bytes)" in again.plan
+    assert ("compact logs/app.jsonl (idle log: a new chain of one base, 12 bytes; and whole "
+            "at its plain path unless it is there)") in again.plan

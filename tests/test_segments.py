@@ -237,7 +237,10 @@ def test_final_checkpoint_publishes_partial_line_and_chain_continues_after_resto
     assert entry(tree).size == 5
     assert eng.checkpoint().files == 0  # partial line still waiting: nothing written
     report = eng.checkpoint(final=True)
-    assert report.files == 1 and report.bytes == 4
+    # the last 4 bytes as a segment, then (writers stopped) the whole log at its plain path
+    assert report.files == 1 and report.adapters[0].plain_copies == 1
+    assert report.bytes == 4 + 9
+    assert (tree.backing / "state/x" / LOG).read_bytes() == b"done\nhalf"
     wipe_local(tree)
     assert engine(RAW).restore().ok
     restored = tree.local / "x" / LOG
@@ -325,7 +328,10 @@ def test_an_append_publishes_one_object_and_no_manifest(tree: Tree, engine: Engi
     assert eng.checkpoint().adapters[0].manifest is None
     assert len(entry(tree).extra["lens"]) == 3 and len(resolved_lens(tree)) == 4
     final = eng.checkpoint(final=True)
-    assert final.ok and final.adapters[0].manifest is not None and final.files == 0
+    assert final.ok and final.adapters[0].manifest is not None
+    assert final.files == 0 and final.adapters[0].plain_copies == 1, "the plain copy only"
+    assert final.bytes == path.stat().st_size
+    assert (tree.backing / "state/x" / LOG).read_bytes() == path.read_bytes()
     assert entry(tree).extra["lens"] == [1200] + [1024] * 3
     with tree.no_durable_ops():
         assert eng.checkpoint(final=True).adapters[0].manifest is None  # nothing left to record
