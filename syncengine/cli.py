@@ -65,6 +65,8 @@ def _print_report(report: Report, quiet: bool) -> None:
             extra = f", {a.kept_local} newer local kept" if report.operation == "restore" else ""
             if a.changed:
                 extra += f", {a.changed} changed while copied (taken again next pass)"
+            if a.dirs:
+                extra += f", {a.dirs} director{'y' if a.dirs == 1 else 'ies'}"
             print(f"{a.name}: {verb} {a.files} file(s), {a.bytes} bytes, "
                   f"{a.unchanged} unchanged{extra}")
         for e in a.errors:

@@ -16,7 +16,8 @@ locally is never deleted.  Also removed: staging temp files older than
 ``staging_seconds``, manifest objects older than the newest readable base,
 and segment chains no manifest entry names, once older than the grace
 period.  SQLite snapshots are replaced in place (one name per database), so
-none are superseded.
+none are superseded.  A recorded directory removed locally is tombstoned the
+same way; only its manifest entry goes (nothing durable holds it).
 
 Refuses (exit 1, with the reason) while the last restore is incomplete, and
 per adapter when the manifest has an unreadable object or an invalid entry
@@ -189,7 +190,7 @@ def _objects_of(entry: Entry, chains: Mapping[str, list[tuple[str, int]]]
         return chains.get(entry.path, [])
     if entry.kind in ("file", "sqlite"):
         return [(entry.location, entry.size)]
-    return []  # a symlink lives in the manifest only
+    return []  # a symlink or a directory lives in the manifest only
 
 
 def plan(facts: Facts, cfg: GcConfig, now_ns: int) -> tuple[GcAction, ...]:
@@ -258,6 +259,9 @@ def gather(state: AdapterState) -> Facts:
     for path, rec in state.index.items():
         if rec.absent:
             absent[path] = (rec.absent, since.get(path))
+    for path, _mode, passes in state.index.dir_items():
+        if passes:
+            absent[path] = (passes, since.get(path))
     missing = frozenset(p for p in mstate.entries if not _exists_locally(state, p))
     staging = []
     for name in store.listdir(STAGING_DIR):

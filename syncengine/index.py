@@ -9,6 +9,15 @@ match; a record whose copy raced a writer, or whose mtime was too close to the
 scan start, is stored with ``ctime_ns = DIRTY`` so the next pass looks again
 (borg's files cache does the same).  The index is a cache: when it is missing
 or unreadable the engine rebuilds it from the durable manifest and file hashes.
+
+Directories are kept apart, in `Index.dirs`: one small int per directory
+(its mode, and the passes it has been missing, `DIR_ABSENT` apiece), never
+among the files' records, so the per-file loops of a walk and the directory
+table's order (derived from the file keys) do not change.  A directory's
+change is seen by the directory table (a chmod moves its ctime), not by a
+signature here.  A path is never both: recording a file, link or database at
+a path drops the directory recorded there, and a directory is not recorded
+while a record of another kind holds its path (see `record_dir`).
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ DIRTY = -1
 KINDS = ("file", "symlink", "sqlite", "segments")
 _KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 ABSENT_SINCE = "absent_since"  # meta key: path -> time of the first pass it was missing
+DIR_ABSENT = 1 << 12  # Index.dirs: mode | passes missing * DIR_ABSENT (a present one is < this)
+_ABSENT_MAX = 255
 
 
 class Record(NamedTuple):
@@ -51,6 +62,8 @@ class Index:
         self.meta: dict[str, Any] = {}
         self.changed = False
         self.absent = 0  # records with a non-zero absent count (kept in meta on save)
+        self.dirs: dict[str, int] = {}  # directory -> mode | absent passes * DIR_ABSENT
+        self.dirs_absent = 0  # directories with a non-zero absent count
         self.file_sig: tuple[int, int, int] | None = None  # the index file as last read/written
 
     def __len__(self) -> int:
@@ -66,6 +79,8 @@ class Index:
         old = self.records.get(path)
         if old is not None and old[-1]:
             self.absent -= 1
+        if path in self.dirs:  # a file (link, database) here now: the directory is gone
+            self._drop_dir(path)
         self.records[path] = RECORD.pack(size, mtime_ns, ctime_ns, hash64 & 0xFFFFFFFFFFFFFFFF,
                                          mode & 0xFFFF, _KIND_CODE[kind], 0)
         if target is not None:
@@ -74,6 +89,29 @@ class Index:
             self.links.pop(path, None)
         if extra is not None:
             self.extras[path] = extra
+        self.changed = True
+
+    def record_dir(self, path: str, mode: int) -> bool:
+        """Remember that directory `path` is recorded with `mode`; False (nothing recorded)
+        while a record of another kind holds the path (a file replaced by a directory:
+        its tombstone must reach gc first, whose deletion then lets the directory in)."""
+        if path in self.records:
+            return False
+        old = self.dirs.get(path)
+        if old is not None and old >= DIR_ABSENT:
+            self.dirs_absent -= 1
+        self.dirs[path] = mode & 0o7777
+        self.changed = True
+        return True
+
+    def dir_record(self, path: str) -> tuple[int, int] | None:
+        """(mode, passes missing) of a recorded directory, or None."""
+        value = self.dirs.get(path)
+        return None if value is None else (value & 0o7777, value // DIR_ABSENT)
+
+    def _drop_dir(self, path: str) -> None:
+        if self.dirs.pop(path) >= DIR_ABSENT:
+            self.dirs_absent -= 1
         self.changed = True
 
     def get(self, path: str) -> Record | None:
@@ -104,8 +142,8 @@ class Index:
         """
         rec = self.get(path)
         if rec is None:
-            return 0
-        absent = min(rec.absent + 1, 255)
+            return self._mark_dir_absent(path, now_ns)
+        absent = min(rec.absent + 1, _ABSENT_MAX)
         if now_ns is not None:
             since = self.meta.setdefault(ABSENT_SINCE, {})
             if absent == 1 or path not in since:
@@ -117,10 +155,28 @@ class Index:
         self.changed = True
         return absent
 
+    def _mark_dir_absent(self, path: str, now_ns: int | None) -> int:
+        value = self.dirs.get(path)
+        if value is None:
+            return 0
+        absent = min(value // DIR_ABSENT + 1, _ABSENT_MAX)
+        if absent == 1:
+            self.dirs_absent += 1
+        if now_ns is not None:
+            since = self.meta.setdefault(ABSENT_SINCE, {})
+            if absent == 1 or path not in since:
+                since[path] = now_ns
+        self.dirs[path] = (value & 0o7777) | absent * DIR_ABSENT
+        self.changed = True
+        return absent
+
     def forget(self, path: str) -> None:
         """Drop `path` entirely (gc deleted its durable copy)."""
         raw = self.records.pop(path, None)
         if raw is None:
+            if path in self.dirs:
+                self._drop_dir(path)
+                self.meta.get(ABSENT_SINCE, {}).pop(path, None)
             return
         if raw[-1]:
             self.absent -= 1
@@ -138,10 +194,15 @@ class Index:
             assert rec is not None
             yield path, rec
 
+    def dir_items(self) -> Iterator[tuple[str, int, int]]:
+        """(path, mode, passes missing) of every recorded directory."""
+        for path, value in self.dirs.items():
+            yield path, value & 0o7777, value // DIR_ABSENT
+
     # -- persistence ----------------------------------------------------
     def dumps(self) -> bytes:
         payload = {"records": self.records, "links": self.links, "extras": self.extras,
-                   "meta": self.meta, "absent": self.absent}
+                   "meta": self.meta, "absent": self.absent, "dirs": self.dirs}
         return MAGIC + marshal.dumps(payload)
 
     @classmethod
@@ -155,6 +216,8 @@ class Index:
         idx.extras = payload["extras"]
         idx.meta = payload["meta"]
         idx.absent = payload["absent"]
+        idx.dirs = payload.get("dirs", {})  # an index saved before directories were recorded
+        idx.dirs_absent = sum(1 for v in idx.dirs.values() if v >= DIR_ABSENT)
         return idx
 
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -22,10 +22,11 @@ from typing import Any
 import attrs
 import pytest
 
-from syncengine import Engine, tablewalk
+from syncengine import Engine, manifest, tablewalk
 from syncengine.index import Index
-from syncengine.missing import find_missing, missing_among
+from syncengine.missing import find_missing, missing_among, missing_dirs
 from syncengine.scan import ScanResult, scan
+from syncengine.store import Store
 from tests.conftest import EngineFactory, Tree
 from tests.helpers import files
 
@@ -186,7 +187,29 @@ def _decisions(state: Any, result: ScanResult) -> tuple[Any, ...]:
     missing = (find_missing(state, result) if result.gone is None
                else missing_among(state, result.gone))
     return (sorted(s.path for s in result.changed), sorted(missing), sorted(result.specials),
-            sorted(result.errors))
+            sorted(result.errors), sorted(result.dirs), sorted(missing_dirs(state, result)))
+
+
+def _live_dirs(tree: Tree) -> dict[str, int]:
+    """Every directory of the live tree a walk enters (not cache/), with its mode."""
+    out = {}
+    root = _live(tree)
+    for dirpath, dirnames, _ in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "cache"]
+        for name in dirnames:
+            path = Path(dirpath, name)
+            if not path.is_symlink():
+                out[path.relative_to(root).as_posix()] = stat.S_IMODE(path.lstat().st_mode)
+    return out
+
+
+def _recorded_dirs(tree: Tree) -> dict[str, int]:
+    """The directories the manifest records and the index does not count as missing."""
+    index = Index.load(tree.state / "index" / "t.idx")
+    assert index is not None
+    entries = manifest.load(Store(tree.data / "state" / "t")).entries
+    present = {p for p, _, absent in index.dir_items() if not absent}
+    return {p: e.mode for p, e in entries.items() if e.kind == "dir" and p in present}
 
 
 def _mutate(rng: random.Random, root: Path, outside: Path, step: str, decide_only: bool) -> str:
@@ -195,7 +218,8 @@ def _mutate(rng: random.Random, root: Path, outside: Path, step: str, decide_onl
                if (Path(d) / n).is_file() and not (Path(d) / n).is_symlink()]
     d = rng.choice(dirs)
     ops = ["new", "nested", "append", "delete", "rename", "rmdir", "mkdir", "dir-to-link",
-           "fifo", "excluded", "chmod", "touch", "file-to-link", "mvdir"]
+           "fifo", "excluded", "chmod", "touch", "file-to-link", "mvdir", "chmod-dir",
+           "rmdir-empty"]
     op = rng.choice([*ops, "file-to-dir"] if decide_only else ops)
     if op == "new":
         _write(d / f"n{step}.jsonl", f"new {step}\n")
@@ -214,6 +238,10 @@ def _mutate(rng: random.Random, root: Path, outside: Path, step: str, decide_onl
         d.rename(root / f"moved{step}")
     elif op == "rmdir" and d != root:
         shutil.rmtree(d)
+    elif op == "chmod-dir" and d != root:
+        d.chmod(rng.choice([0o700, 0o750, 0o755, 0o711]))
+    elif op == "rmdir-empty" and d != root and not any(d.iterdir()):
+        d.rmdir()
     elif regular:
         f = rng.choice(regular)
         if op == "append":
@@ -237,7 +265,7 @@ def _mutate(rng: random.Random, root: Path, outside: Path, step: str, decide_onl
 
 
 def _difference(got: tuple[Any, ...], want: tuple[Any, ...]) -> str:
-    parts = ("changed", "missing", "specials", "errors")
+    parts = ("changed", "missing", "specials", "errors", "dirs", "missing dirs")
     return "; ".join(f"{name}: with the table only {sorted(set(a) - set(b))}, "
                      f"without only {sorted(set(b) - set(a))}"
                      for name, a, b in zip(parts, got, want, strict=True) if a != b)
@@ -292,6 +320,7 @@ def test_random_changes_are_decided_as_a_full_listing_would(tree: Tree, ahead: E
         if not decide_only:
             assert report.ok, f"step {step}: {used[-4:]}"
             assert _durable(tree).items() >= _expected(tree).items(), f"step {step}: {used[-4:]}"
+            assert _recorded_dirs(tree) == _live_dirs(tree), f"step {step}: {used[-4:]}"
     assert unlisted > total // 3, (unlisted, total)
 
 

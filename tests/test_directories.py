@@ -1,0 +1,275 @@
+"""Directories are state: recorded in the manifest with their mode, restored, tombstoned.
+
+On a bucket a directory exists only as a prefix of its objects (``mkdir`` on
+the mount is kept in memory), so an empty one survives a container restart
+only through its manifest entry.  These tests restart the way a container
+does: the local tree and its state dir are gone, the durable side stays.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from syncengine import Engine, Runner, manifest
+from syncengine.index import Index
+from syncengine.store import MANIFEST_DIR, Store
+from tests.conftest import CliRunner, EngineFactory, Tree
+
+CONFIG = """adapters = []
+[[adapter]]
+name = "t"
+live = "t"
+durable = "state/t"
+exclude = ["cache/"]
+"""
+RAW = {"adapters": [], "adapter": [
+    {"name": "t", "live": "t", "durable": "state/t", "exclude": ["cache/"]}]}
+AHEAD_NS = 10 * 10**9  # a clock ahead: the directories just made are trusted by the table
+
+
+def _conf(tree: Tree) -> str:
+    conf = tree.base / "c.toml"
+    conf.write_text(CONFIG)
+    return str(conf)
+
+
+def _live(tree: Tree) -> Path:
+    return tree.local / "t"
+
+
+def _restart(tree: Tree) -> None:
+    """A container restart: the local root (state dir included) is empty again."""
+    shutil.rmtree(tree.local)
+    tree.local.mkdir()
+
+
+def _dirs(root: Path) -> dict[str, int]:
+    """Relative path -> permission bits of every directory below `root`."""
+    out = {}
+    for dirpath, dirnames, _ in os.walk(root):
+        for name in dirnames:
+            path = Path(dirpath, name)
+            if not path.is_symlink():
+                out[path.relative_to(root).as_posix()] = stat.S_IMODE(path.lstat().st_mode)
+    return out
+
+
+def _entries(tree: Tree) -> dict[str, manifest.Entry]:
+    return dict(manifest.load(Store(tree.data / "state/t")).entries)
+
+
+def _mkdir(path: Path, mode: int) -> None:
+    path.mkdir(parents=True)
+    path.chmod(mode)  # whatever the umask
+
+
+@pytest.mark.rclone
+def test_empty_and_nested_empty_directories_round_trip(tree: Tree, cli: CliRunner) -> None:
+    conf = _conf(tree)
+    live = _live(tree)
+    for d in ("empty", "a/b/c", "a/b/d", "x/y"):
+        _mkdir(live / d, 0o755)
+    tree.write("t/x/f.txt", "f\n")
+    tree.write("t/cache/skipped/z.txt", "excluded\n")
+    before = _dirs(live)
+    cli("--config", conf, "checkpoint", check=0)
+    _restart(tree)
+    out = cli("--config", conf, "restore", check=0)
+    assert "7 directories" in out.stdout  # empty a a/b a/b/c a/b/d x x/y; never cache/
+    assert _dirs(live) == {d: m for d, m in before.items() if not d.startswith("cache")}
+    assert (live / "x/f.txt").read_text() == "f\n"
+    with tree.no_durable_ops():  # restored directories are recorded: the next pass is idle
+        assert " 0 unchanged" in cli("--config", conf, "checkpoint", check=0).stdout
+
+
+@pytest.mark.rclone
+def test_directory_modes_round_trip(tree: Tree, cli: CliRunner) -> None:
+    """Directory modes: 0700, 0750, 0755 round-trip on every store kind."""
+    conf = _conf(tree)
+    live = _live(tree)
+    modes = {"credentials": 0o700, "shared": 0o750, "public": 0o755, "public/inner": 0o700,
+             "empty700": 0o700, "empty750": 0o750}
+    for d in modes:
+        _mkdir(live / d, 0o755)
+    tree.write("t/credentials/key.json", "{}", mode=0o600)
+    tree.write("t/shared/notes.md", "n\n")
+    for d, mode in modes.items():
+        (live / d).chmod(mode)
+    cli("--config", conf, "checkpoint", check=0)
+    assert {p: e.mode for p, e in _entries(tree).items() if e.kind == "dir"} == modes
+    _restart(tree)
+    cli("--config", conf, "restore", check=0)
+    assert _dirs(live) == modes
+    assert stat.S_IMODE((live / "credentials/key.json").stat().st_mode) == 0o600
+
+
+def test_a_new_or_changed_directory_is_in_the_next_manifest_and_idle_stays_idle(
+        tree: Tree, engine: EngineFactory) -> None:
+    """With the directory table trusted (a clock ahead): a new directory and a chmod reach
+    the next pass's manifest object; an idle pass writes nothing; a removed directory is
+    counted absent and kept in the manifest (gc drops it)."""
+    eng = Engine(engine(RAW).config, clock=lambda: time.time_ns() + AHEAD_NS, scan_workers=1)
+    live = _live(tree)
+    for d in ("a/b", "c", "full"):
+        _mkdir(live / d, 0o755)
+    tree.write("t/full/f.txt", "f\n")
+    eng.checkpoint()
+    eng.checkpoint()
+    with tree.no_durable_ops():
+        report = eng.checkpoint()
+    assert (report.files, report.adapters[0].dirs, report.adapters[0].manifest) == (0, 0, None)
+    (live / "a/b").chmod(0o700)
+    (live / "full").chmod(0o750)
+    _mkdir(live / "c/new/deeper", 0o711)
+    report = eng.checkpoint()
+    assert (report.files, report.adapters[0].dirs) == (0, 4)  # a/b full c/new c/new/deeper
+    entries = _entries(tree)
+    assert {p: e.mode for p, e in entries.items() if e.kind == "dir"} == {
+        "a": 0o755, "a/b": 0o700, "c": 0o755, "c/new": 0o755, "c/new/deeper": 0o711,
+        "full": 0o750}
+    with tree.no_durable_ops():
+        eng.checkpoint()
+    (live / "c/new/deeper").rmdir()
+    with tree.no_durable_ops():  # nothing durable holds a directory: nothing to write
+        eng.checkpoint()
+    index = Index.load(tree.state / "index" / "t.idx")
+    assert index is not None and index.dir_record("c/new/deeper") == (0o711, 1)
+    assert "c/new/deeper" in _entries(tree)  # until gc's tombstone drops it
+
+
+def test_a_git_repository_with_empty_refs_works_after_restore(tree: Tree,
+                                                              cli: CliRunner) -> None:
+    """opencode keeps a git repository per project; git needs its empty refs/ to call it
+    one (refs/heads, refs/tags, objects/pack, branches are empty after `git init`)."""
+    conf = _conf(tree)
+    repo = _live(tree) / "snapshot/proj"
+    repo.mkdir(parents=True)
+    env = {**os.environ, "HOME": str(tree.base), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              env=env, timeout=60)
+
+    assert git("init", "-q").returncode == 0
+    (repo / "a.txt").write_text("a\n")
+    empty = [d for d in ("refs/heads", "refs/tags", "objects/pack", "branches")
+             if not any((repo / ".git" / d).iterdir())]
+    assert empty, "git init made no empty directory: nothing to test"
+    assert git("status", "--porcelain").returncode == 0
+    cli("--config", conf, "checkpoint", check=0)
+    _restart(tree)
+    cli("--config", conf, "restore", check=0)
+    for d in empty:
+        assert (repo / ".git" / d).is_dir(), d
+    status = git("status", "--porcelain")
+    assert status.returncode == 0, status.stderr
+    assert status.stdout == "?? a.txt\n"
+
+
+def _write_manifest(store_root: Path, lines: list[dict[str, object]]) -> None:
+    """A hand-written base manifest object (what anyone who can write the bucket can do)."""
+    header = {"syncengine_manifest": manifest.FORMAT, "adapter": "t", "seq": 1,
+              "type": "base", "created_ns": 1}
+    body = [json.dumps(header), *map(json.dumps, lines), json.dumps({"end": len(lines)})]
+    (store_root / MANIFEST_DIR).mkdir(parents=True)
+    (store_root / MANIFEST_DIR / f"{1:012d}.base.jsonl").write_text("\n".join(body) + "\n")
+
+
+def test_special_bits_on_directories_are_dropped_and_bad_modes_refused(
+        tree: Tree, cli: CliRunner) -> None:
+    conf = _conf(tree)
+    _write_manifest(tree.data / "state/t", [
+        {"path": "sgid", "kind": "dir", "mode": 0o2755},
+        {"path": "suid/inner", "kind": "dir", "mode": 0o4700},
+        {"path": "sticky", "kind": "dir", "mode": 0o1777},
+        {"path": "huge", "kind": "dir", "mode": 0o17777},
+        {"path": "nomode", "kind": "dir"},
+        {"path": "text", "kind": "dir", "mode": "0755"},
+    ])
+    out = cli("--config", conf, "restore", check=1)
+    live = _live(tree)
+    assert _dirs(live) == {"sgid": 0o755, "suid": 0o700, "suid/inner": 0o700, "sticky": 0o777}
+    assert "restore.mode-dropped path=sgid mode=2755 restored=0755" in out.stderr
+    assert "restore.mode-dropped path=suid/inner mode=4700 restored=0700" in out.stderr
+    for path in ("huge", "nomode", "text"):
+        assert f"t: restore {path}: malformed manifest entry" in out.stderr, path
+        assert not (live / path).exists()
+
+
+def _without_dac_override() -> None:  # in the child, before exec
+    """Drop the capabilities that let root ignore permission bits, so a root test run sees
+    what any other user sees (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH; PR_CAPBSET_DROP)."""
+    if os.geteuid() == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for cap in (1, 2):
+            if libc.prctl(24, cap, 0, 0, 0) != 0:
+                os._exit(97)
+
+
+def _unprivileged(tree: Tree, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "syncengine", *args], capture_output=True,
+                          text=True, env=tree.env(), cwd=tree.base, timeout=120,
+                          preexec_fn=_without_dac_override)
+
+
+def test_a_read_only_directory_is_restored_with_everything_inside(tree: Tree,
+                                                                  cli: CliRunner) -> None:
+    """A 0500 directory's mode is set after its files are placed: set first, it would keep
+    restore from writing them (permission bits bind root too once it drops DAC override)."""
+    conf = _conf(tree)
+    live = _live(tree)
+    probe = tree.base / "probe"
+    _mkdir(probe, 0o500)
+    denied = subprocess.run([sys.executable, "-c", f"open({str(probe / 'x')!r}, 'w')"],
+                            capture_output=True, preexec_fn=_without_dac_override, timeout=60)
+    if denied.returncode in (0, 97):
+        pytest.skip("cannot drop CAP_DAC_OVERRIDE here: a 0500 directory would not bind")
+    tree.write("t/ro/a.txt", "a\n")
+    tree.write("t/ro/sub/b.txt", "b\n")
+    (live / "ro/sub").chmod(0o555)
+    (live / "ro").chmod(0o500)
+    cli("--config", conf, "checkpoint", check=0)
+    _restart(tree)
+    out = _unprivileged(tree, "--config", conf, "restore")
+    assert out.returncode == 0, out.stderr
+    assert (live / "ro/a.txt").read_text() == "a\n"
+    assert (live / "ro/sub/b.txt").read_text() == "b\n"
+    assert _dirs(live) == {"ro": 0o500, "ro/sub": 0o555}
+
+
+@pytest.mark.dir_only("the watcher watches the local tree only")
+def test_a_watcher_driven_pass_records_a_new_empty_directory_and_a_chmod(
+        tree: Tree, engine: EngineFactory) -> None:
+    live = _live(tree)
+    _mkdir(live / "old", 0o755)
+    tree.write("t/f.txt", "f\n")
+    runner = Runner(engine(RAW), interval=0.05, rescan_interval=3600)
+    with runner:
+        _until(lambda: runner.passes >= 1 and runner.watcher is not None
+               and runner.watcher.pending()["t"] is not None)  # the first (full) walk is done
+        assert runner.mode == "events"
+        _mkdir(live / "new", 0o755)
+        (live / "old").chmod(0o700)
+        _until(lambda: {p: e.mode for p, e in _entries(tree).items() if e.kind == "dir"}
+               == {"old": 0o700, "new": 0o755})
+
+
+def _until(cond: object, timeout: float = 20) -> None:
+    """Poll `cond` with a deadline (a watcher's events arrive asynchronously)."""
+    assert callable(cond)
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
