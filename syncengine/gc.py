@@ -12,7 +12,8 @@ missing in ``[gc] absent_passes`` consecutive passes; its durable copy goes
 ["absent_since"]``).  Then a new base manifest without it is written first
 (a restore never asks for a deleted object) and its objects are deleted,
 each re-checked with ``lstat`` locally just before: a path that exists
-locally is never deleted.  Also removed: staging temp files older than
+locally is never deleted (a directory where a file was recorded does not count
+as the file: that file is gone).  Also removed: staging temp files older than
 ``staging_seconds``, manifest objects older than the newest readable base,
 and segment chains no manifest entry names, once older than the grace
 period.  SQLite snapshots are replaced in place (one name per database), so
@@ -31,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -262,7 +264,8 @@ def gather(state: AdapterState) -> Facts:
     for path, _mode, passes in state.index.dir_items():
         if passes:
             absent[path] = (passes, since.get(path))
-    missing = frozenset(p for p in mstate.entries if not _exists_locally(state, p))
+    missing = frozenset(p for p, e in mstate.entries.items()
+                        if not _exists_locally(state, p, e.kind))
     staging = []
     for name in store.listdir(STAGING_DIR):
         st = store.stat(f"{STAGING_DIR}/{name}")
@@ -281,10 +284,12 @@ def gather(state: AdapterState) -> Facts:
                  unusable)
 
 
-def _exists_locally(state: AdapterState, path: str) -> bool:
+def _exists_locally(state: AdapterState, path: str, kind: str) -> bool:
+    """Whether what the entry records is there: a directory for a ``dir`` entry, anything
+    else for the other kinds (a file replaced by a directory is gone, and its durable copy
+    keeps the directory from being recorded, see `plan.SkipDir`)."""
     try:
-        os.lstat(state.live / path)
-        return True
+        return stat.S_ISDIR(os.lstat(state.live / path).st_mode) == (kind == "dir")
     except FileNotFoundError:
         return False
     except NotADirectoryError:
@@ -301,7 +306,8 @@ def execute(state: AdapterState, facts: Facts, actions: Sequence[GcAction], now_
     """Carry out a plan under the state lock: new base first, then deletions."""
     store = state.store
     tombs = [a for a in actions if isinstance(a, DeletePath)]
-    kept = tuple(a.path for a in tombs if _exists_locally(state, a.path))
+    kept = tuple(a.path for a in tombs
+                 if _exists_locally(state, a.path, facts.entries[a.path].kind))
     tombs = [a for a in tombs if a.path not in kept]
     manifest_name = None
     count = size = 0
@@ -322,7 +328,8 @@ def execute(state: AdapterState, facts: Facts, actions: Sequence[GcAction], now_
     manifest_limit = 1 << 62 if manifest_name else facts.base_seq
     for action in actions:
         if isinstance(action, DeletePath):
-            if action.path in kept or _exists_locally(state, action.path):
+            if action.path in kept or _exists_locally(state, action.path,
+                                                       facts.entries[action.path].kind):
                 continue  # reappeared: never delete a file that exists locally
             names: Sequence[str] = action.objects
         elif isinstance(action, DeleteObjects):

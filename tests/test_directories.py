@@ -273,3 +273,41 @@ def _until(cond: object, timeout: float = 20) -> None:
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.01)
+
+
+def test_removed_directories_are_tombstoned_and_a_file_turned_directory_waits_for_gc(
+        tree: Tree, engine: EngineFactory) -> None:
+    """A removed directory is counted absent; gc drops its entry (no object to delete).  A
+    file replaced by a directory of its name: the directory is not recorded while the file's
+    entry (whose durable copy sits where the directory would go) is kept, is looked at again
+    each pass, and is recorded in the pass after gc deleted the file."""
+    raw = {**RAW, "gc": {"absent_passes": 1, "grace_seconds": 0}}
+    eng = Engine(engine(raw).config, clock=lambda: time.time_ns() + AHEAD_NS, scan_workers=1)
+    live = _live(tree)
+    _mkdir(live / "gone/inner", 0o755)
+    tree.write("t/f", "a file\n")
+    for i in range(4):  # gc refuses when most of the manifest's paths are missing locally
+        tree.write(f"t/keep{i}.txt", "k\n")
+    eng.checkpoint()
+    eng.checkpoint()
+    shutil.rmtree(live / "gone")
+    (live / "f").unlink()
+    _mkdir(live / "f", 0o700)
+    skip = "skip f/ (a file of that name is still recorded; the directory is recorded once " \
+           "gc has dropped it)"
+    plan = eng.checkpoint(dry_run=True).adapters[0].plan
+    assert skip in plan
+    assert "absent gone/ (directory: its manifest entry is kept until gc)" in plan
+    assert "absent gone/inner/ (directory: its manifest entry is kept until gc)" in plan
+    eng.checkpoint()
+    assert skip in eng.checkpoint(dry_run=True).adapters[0].plan  # the table walk, too
+    eng.checkpoint()
+    assert {"gone", "gone/inner", "f"} <= _entries(tree).keys()
+    rep = eng.gc(apply=True).adapters[0]
+    deleted = {a.split(" (")[0]: a.rsplit("; ", 1)[-1] for a in rep.actions
+               if "(tombstone" in a}
+    assert deleted == {"delete f": "1 object(s), 7 bytes)", "delete gone": "0 object(s), 0 bytes)",
+                       "delete gone/inner": "0 object(s), 0 bytes)"}, rep
+    assert not {"gone", "gone/inner", "f"} & _entries(tree).keys()
+    assert eng.checkpoint().adapters[0].dirs == 1
+    assert _entries(tree)["f"] == manifest.Entry("f", "dir", mode=0o700)

@@ -271,6 +271,23 @@ def _difference(got: tuple[Any, ...], want: tuple[Any, ...]) -> str:
                      for name, a, b in zip(parts, got, want, strict=True) if a != b)
 
 
+def test_a_directory_recorded_by_a_hinted_pass_is_looked_at_by_the_next_walk(
+        tree: Tree, ahead: Engine) -> None:
+    """A watcher-driven pass that records a new directory adds no path to the index, but
+    the table does not know that directory: it must not be trusted afterwards, or the
+    directory's removal before the next walk would go unseen."""
+    _seed(tree)
+    ahead.checkpoint()
+    ahead.checkpoint()
+    (_live(tree) / "new").mkdir()
+    report = ahead.checkpoint(hints={"t": {"new"}})
+    assert report.adapters[0].dirs == 1
+    (_live(tree) / "new").rmdir()
+    full, fast, (state, _) = _both(ahead)
+    assert _decisions(state, fast) == _decisions(state, full)
+    assert missing_dirs(state, fast) == ["new"]
+
+
 def test_recently_changed_directories_are_listed_again(tree: Tree, engine: EngineFactory,
                                                         listings: list[Any]) -> None:
     """Within the timestamp granularity of the pass start a directory's signature is
@@ -296,6 +313,8 @@ def test_random_changes_are_decided_as_a_full_listing_would(tree: Tree, ahead: E
     _seed(tree)
     outside = tmp_path / "outside"
     _write(outside / "f0.jsonl", "outside\n")
+    for d in ("b/c", "d", "g/h/i", "x"):  # a path below a link finds a directory there
+        (outside / d).mkdir(parents=True)
     ahead.checkpoint()
     ahead.checkpoint()
     used = []
@@ -305,7 +324,7 @@ def test_random_changes_are_decided_as_a_full_listing_would(tree: Tree, ahead: E
                  for i in range(rng.randint(1, 4))]
         hinted = rng.random() < 0.3
         if hinted:  # a watcher-driven pass in between (the daemon's way)
-            live = sorted(_expected(tree))
+            live = sorted(_expected(tree)) + sorted(_live_dirs(tree))
             ahead.checkpoint(hints={"t": set(rng.sample(live, min(len(live), 3)))})
         full, fast, (state, job) = _both(ahead)
         # A full pass always leaves a valid table; a hinted pass that added paths
@@ -321,7 +340,9 @@ def test_random_changes_are_decided_as_a_full_listing_would(tree: Tree, ahead: E
             assert report.ok, f"step {step}: {used[-4:]}"
             assert _durable(tree).items() >= _expected(tree).items(), f"step {step}: {used[-4:]}"
             assert _recorded_dirs(tree) == _live_dirs(tree), f"step {step}: {used[-4:]}"
-    assert unlisted > total // 3, (unlisted, total)
+    # a hinted pass that records a directory leaves the table stale, like one that adds a
+    # path: with directories among the hints, a quarter is what the worst seed keeps
+    assert unlisted > total // 4, (unlisted, total)
 
 
 def test_checkpoints_killed_at_random_points_lose_nothing(tree: Tree, cli: Any) -> None:
