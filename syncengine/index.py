@@ -202,7 +202,8 @@ class Index:
     # -- persistence ----------------------------------------------------
     def dumps(self) -> bytes:
         payload = {"records": self.records, "links": self.links, "extras": self.extras,
-                   "meta": self.meta, "absent": self.absent, "dirs": self.dirs}
+                   "meta": self.meta, "absent": self.absent, "dirs": self.dirs,
+                   "dirs_absent": self.dirs_absent}
         return MAGIC + marshal.dumps(payload)
 
     @classmethod
@@ -217,7 +218,7 @@ class Index:
         idx.meta = payload["meta"]
         idx.absent = payload["absent"]
         idx.dirs = payload.get("dirs", {})  # an index saved before directories were recorded
-        idx.dirs_absent = sum(1 for v in idx.dirs.values() if v >= DIR_ABSENT)
+        idx.dirs_absent = payload.get("dirs_absent", 0)
         return idx
 
     def save(self, path: str | os.PathLike[str]) -> None:

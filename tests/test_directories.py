@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from syncengine import Engine, Runner, manifest
 from syncengine.index import Index
 from syncengine.store import MANIFEST_DIR, Store
 from tests.conftest import CliRunner, EngineFactory, Tree
+from tests.helpers import dir_modes
 
 CONFIG = """adapters = []
 [[adapter]]
@@ -53,17 +55,6 @@ def _restart(tree: Tree) -> None:
     tree.local.mkdir()
 
 
-def _dirs(root: Path) -> dict[str, int]:
-    """Relative path -> permission bits of every directory below `root`."""
-    out = {}
-    for dirpath, dirnames, _ in os.walk(root):
-        for name in dirnames:
-            path = Path(dirpath, name)
-            if not path.is_symlink():
-                out[path.relative_to(root).as_posix()] = stat.S_IMODE(path.lstat().st_mode)
-    return out
-
-
 def _entries(tree: Tree) -> dict[str, manifest.Entry]:
     return dict(manifest.load(Store(tree.data / "state/t")).entries)
 
@@ -81,12 +72,12 @@ def test_empty_and_nested_empty_directories_round_trip(tree: Tree, cli: CliRunne
         _mkdir(live / d, 0o755)
     tree.write("t/x/f.txt", "f\n")
     tree.write("t/cache/skipped/z.txt", "excluded\n")
-    before = _dirs(live)
+    before = dir_modes(live)
     cli("--config", conf, "checkpoint", check=0)
     _restart(tree)
     out = cli("--config", conf, "restore", check=0)
     assert "7 directories" in out.stdout  # empty a a/b a/b/c a/b/d x x/y; never cache/
-    assert _dirs(live) == {d: m for d, m in before.items() if not d.startswith("cache")}
+    assert dir_modes(live) == {d: m for d, m in before.items() if not d.startswith("cache")}
     assert (live / "x/f.txt").read_text() == "f\n"
     with tree.no_durable_ops():  # restored directories are recorded: the next pass is idle
         assert " 0 unchanged" in cli("--config", conf, "checkpoint", check=0).stdout
@@ -109,7 +100,7 @@ def test_directory_modes_round_trip(tree: Tree, cli: CliRunner) -> None:
     assert {p: e.mode for p, e in _entries(tree).items() if e.kind == "dir"} == modes
     _restart(tree)
     cli("--config", conf, "restore", check=0)
-    assert _dirs(live) == modes
+    assert dir_modes(live) == modes
     assert stat.S_IMODE((live / "credentials/key.json").stat().st_mode) == 0o600
 
 
@@ -133,10 +124,9 @@ def test_a_new_or_changed_directory_is_in_the_next_manifest_and_idle_stays_idle(
     _mkdir(live / "c/new/deeper", 0o711)
     report = eng.checkpoint()
     assert (report.files, report.adapters[0].dirs) == (0, 4)  # a/b full c/new c/new/deeper
-    entries = _entries(tree)
-    assert {p: e.mode for p, e in entries.items() if e.kind == "dir"} == {
-        "a": 0o755, "a/b": 0o700, "c": 0o755, "c/new": 0o755, "c/new/deeper": 0o711,
-        "full": 0o750}
+    recorded = {p: e.mode for p, e in _entries(tree).items() if e.kind == "dir"}
+    assert recorded == dir_modes(live)
+    assert (recorded["a/b"], recorded["full"], recorded["c/new/deeper"]) == (0o700, 0o750, 0o711)
     with tree.no_durable_ops():
         eng.checkpoint()
     (live / "c/new/deeper").rmdir()
@@ -200,7 +190,7 @@ def test_special_bits_on_directories_are_dropped_and_bad_modes_refused(
     ])
     out = cli("--config", conf, "restore", check=1)
     live = _live(tree)
-    assert _dirs(live) == {"sgid": 0o755, "suid": 0o700, "suid/inner": 0o700, "sticky": 0o777}
+    assert dir_modes(live) == {"sgid": 0o755, "suid": 0o700, "suid/inner": 0o700, "sticky": 0o777}
     assert "restore.mode-dropped path=sgid mode=2755 restored=0755" in out.stderr
     assert "restore.mode-dropped path=suid/inner mode=4700 restored=0700" in out.stderr
     for path in ("huge", "nomode", "text"):
@@ -246,7 +236,7 @@ def test_a_read_only_directory_is_restored_with_everything_inside(tree: Tree,
     assert out.returncode == 0, out.stderr
     assert (live / "ro/a.txt").read_text() == "a\n"
     assert (live / "ro/sub/b.txt").read_text() == "b\n"
-    assert _dirs(live) == {"ro": 0o500, "ro/sub": 0o555}
+    assert dir_modes(live) == {"ro": 0o500, "ro/sub": 0o555}
 
 
 @pytest.mark.dir_only("the watcher watches the local tree only")
@@ -266,9 +256,8 @@ def test_a_watcher_driven_pass_records_a_new_empty_directory_and_a_chmod(
                == {"old": 0o700, "new": 0o755})
 
 
-def _until(cond: object, timeout: float = 20) -> None:
+def _until(cond: Callable[[], bool], timeout: float = 20) -> None:
     """Poll `cond` with a deadline (a watcher's events arrive asynchronously)."""
-    assert callable(cond)
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"

@@ -28,7 +28,7 @@ from syncengine.missing import find_missing, missing_among, missing_dirs
 from syncengine.scan import ScanResult, scan
 from syncengine.store import Store
 from tests.conftest import EngineFactory, Tree
-from tests.helpers import files
+from tests.helpers import dir_modes, files
 
 pytestmark = pytest.mark.dir_only("the directory table is local state; the durable side is "
                                   "exercised by every other checkpoint test")
@@ -192,15 +192,7 @@ def _decisions(state: Any, result: ScanResult) -> tuple[Any, ...]:
 
 def _live_dirs(tree: Tree) -> dict[str, int]:
     """Every directory of the live tree a walk enters (not cache/), with its mode."""
-    out = {}
-    root = _live(tree)
-    for dirpath, dirnames, _ in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != "cache"]
-        for name in dirnames:
-            path = Path(dirpath, name)
-            if not path.is_symlink():
-                out[path.relative_to(root).as_posix()] = stat.S_IMODE(path.lstat().st_mode)
-    return out
+    return dir_modes(_live(tree), skip=("cache",))
 
 
 def _recorded_dirs(tree: Tree) -> dict[str, int]:
