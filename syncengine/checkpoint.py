@@ -151,8 +151,9 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     for other in actions:
         if isinstance(other, RecordLink):
             _record_link(state, other.path, done, errors, counts)
-        elif isinstance(other, RecordDir):
-            done.append(_Done(other.path, dir_mode=other.mode))
+        elif isinstance(other, RecordDir):  # unless the manifest has it (an index rebuilt
+            if state.index.dir_record(other.path) != (other.mode, 0):  # from it since the plan)
+                done.append(_Done(other.path, dir_mode=other.mode))
         elif isinstance(other, MarkAbsent):
             state.index.mark_absent(other.path, started_ns)
         elif isinstance(other, SkipSpecial):

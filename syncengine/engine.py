@@ -192,7 +192,7 @@ class Engine:
 
         recent = started - checkpoint.GRANULARITY_NS  # directories changed since: list again
         jobs = [ScanJob(s.name, os.fspath(s.live), self._matchers[s.name], s.index.records,
-                        self.skip_dirs(self.config.adapter(s.name)), s.index.dirs,
+                        self.skip_dirs(self.config.adapter(s.name)), s.index.dir_view(),
                         recent_ns=recent)
                 for s in states]
         return [attrs.evolve(j, table=tablewalk.load_table(s.index_path, j, s.index))

@@ -13,7 +13,10 @@ or unreadable the engine rebuilds it from the durable manifest and file hashes.
 Directories are kept apart, in `Index.dirs`: one small int per directory
 (its mode, and the passes it has been missing, `DIR_ABSENT` apiece), never
 among the files' records, so the per-file loops of a walk and the directory
-table's order (derived from the file keys) do not change.  A directory's
+table's order (derived from the file keys) do not change.  They are saved
+packed (the names in one string, the ints in one array) and unpacked on first
+use: an idle pass, which never looks at a directory's record, does not pay
+for building that dict.  A directory's
 change is seen by the directory table (a chmod moves its ctime), not by a
 signature here.  A path is never both: recording a file, link or database at
 a path drops the directory recorded there, and a directory is not recorded
@@ -25,7 +28,8 @@ from __future__ import annotations
 import marshal
 import os
 import struct
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from syncengine import savefile
@@ -62,12 +66,30 @@ class Index:
         self.meta: dict[str, Any] = {}
         self.changed = False
         self.absent = 0  # records with a non-zero absent count (kept in meta on save)
-        self.dirs: dict[str, int] = {}  # directory -> mode | absent passes * DIR_ABSENT
+        self._dirs: dict[str, int] | None = {}  # None: still packed, as loaded
+        self._packed_dirs: tuple[bytes, bytes] = (b"", b"")
         self.dirs_absent = 0  # directories with a non-zero absent count
         self.file_sig: tuple[int, int, int] | None = None  # the index file as last read/written
 
     def __len__(self) -> int:
         return len(self.records)
+
+    @property
+    def dirs(self) -> dict[str, int]:
+        """Directory -> mode | absent passes * DIR_ABSENT (unpacked on first use)."""
+        if self._dirs is None:
+            self._dirs = _unpack_dirs(*self._packed_dirs)
+        return self._dirs
+
+    def dir_count(self) -> int:
+        """How many directories are recorded (without unpacking them)."""
+        if self._dirs is None:
+            return len(self._packed_dirs[1]) // array("I").itemsize
+        return len(self._dirs)
+
+    def dir_view(self) -> Mapping[str, int]:
+        """`dirs` for a walk, unpacked only if the walk reads a record."""
+        return _DirView(self)
 
     def __contains__(self, path: str) -> bool:
         return path in self.records
@@ -201,8 +223,9 @@ class Index:
 
     # -- persistence ----------------------------------------------------
     def dumps(self) -> bytes:
+        dirs = self._packed_dirs if self._dirs is None else _pack_dirs(self._dirs)
         payload = {"records": self.records, "links": self.links, "extras": self.extras,
-                   "meta": self.meta, "absent": self.absent, "dirs": self.dirs,
+                   "meta": self.meta, "absent": self.absent, "dirs": dirs,
                    "dirs_absent": self.dirs_absent}
         return MAGIC + marshal.dumps(payload)
 
@@ -217,7 +240,9 @@ class Index:
         idx.extras = payload["extras"]
         idx.meta = payload["meta"]
         idx.absent = payload["absent"]
-        idx.dirs = payload.get("dirs", {})  # an index saved before directories were recorded
+        packed = payload.get("dirs")  # none in an index saved before directories were
+        if packed and packed[1]:      # recorded
+            idx._dirs, idx._packed_dirs = None, (packed[0], packed[1])
         idx.dirs_absent = payload.get("dirs_absent", 0)
         return idx
 
@@ -242,6 +267,39 @@ class Index:
             return None
         except (OSError, ValueError, EOFError, TypeError, KeyError):
             return None
+
+
+class _DirView(Mapping[str, int]):
+    """`Index.dirs`, read through: a walk that looks at no directory never unpacks them."""
+
+    def __init__(self, index: Index) -> None:
+        self._index = index
+
+    def __getitem__(self, path: str) -> int:
+        return self._index.dirs[path]
+
+    def get(self, path: str, default: Any = None) -> Any:
+        return self._index.dirs.get(path, default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index.dirs)
+
+    def __len__(self) -> int:
+        return self._index.dir_count()
+
+
+def _pack_dirs(dirs: dict[str, int]) -> tuple[bytes, bytes]:
+    """(names joined by NUL, which no name holds; the ints as 32-bit array bytes)."""
+    names = "\0".join(dirs).encode("utf-8", "surrogateescape")
+    return names, array("I", dirs.values()).tobytes()
+
+
+def _unpack_dirs(names: bytes, values: bytes) -> dict[str, int]:
+    ints = array("I")
+    ints.frombytes(values)
+    if not ints:
+        return {}
+    return dict(zip(names.decode("utf-8", "surrogateescape").split("\0"), ints, strict=True))
 
 
 def _sig(st: os.stat_result) -> tuple[int, int, int]:

@@ -120,22 +120,22 @@ def missing_dirs(state: AdapterState, scan: ScanResult) -> list[str]:
     already missing is counted once more each pass unless it was seen again.
     """
     index = state.index
-    dirs = index.dirs
-    if not dirs:
+    if not index.dir_count():
         return []
     seen = {s.path for s in scan.dirs}
     if scan.dirs_gone is not None:  # the table-driven walk
-        return scan.dirs_gone + (_still_absent(dirs, seen) if index.dirs_absent else [])
+        return scan.dirs_gone + (_still_absent(index.dirs, seen) if index.dirs_absent else [])
     if scan.gone is not None:  # hints from a watcher: only what they name
         if not scan.gone:
             return []
         gone = set(scan.gone)
         prefixes = tuple(p + "/" for p in scan.gone)
-        return [p for p, v in dirs.items() if (p in gone or p.startswith(prefixes))
+        return [p for p, v in index.dirs.items() if (p in gone or p.startswith(prefixes))
                 and v // DIR_ABSENT < _ABSENT_CAP and p not in seen]
-    need_lookup = scan.dirs_known < len(dirs) - index.dirs_absent
+    need_lookup = scan.dirs_known < index.dir_count() - index.dirs_absent
     if not need_lookup:
-        return _still_absent(dirs, seen) if index.dirs_absent else []
+        return _still_absent(index.dirs, seen) if index.dirs_absent else []
+    dirs = index.dirs
     listed = scan.walk.listed if scan.walk is not None else {}
     real_dir = _real_dirs(state.live)
     out = []

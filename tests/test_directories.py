@@ -300,3 +300,17 @@ def test_removed_directories_are_tombstoned_and_a_file_turned_directory_waits_fo
     assert not {"gone", "gone/inner", "f"} & _entries(tree).keys()
     assert eng.checkpoint().adapters[0].dirs == 1
     assert _entries(tree)["f"] == manifest.Entry("f", "dir", mode=0o700)
+
+
+def test_an_index_rebuilt_from_the_manifest_records_no_directory_again(
+        tree: Tree, cli: CliRunner) -> None:
+    conf = _conf(tree)
+    for d in ("a/b", "c"):
+        _mkdir(_live(tree) / d, 0o750)
+    tree.write("t/c/f.txt", "f\n")
+    cli("--config", conf, "checkpoint", check=0)
+    objects = manifest.list_objects(Store(tree.data / "state/t"))
+    shutil.rmtree(tree.state / "index")  # lost: the next pass rebuilds it from the manifest
+    out = cli("--config", conf, "checkpoint", check=0)
+    assert "directories" not in out.stdout
+    assert manifest.list_objects(Store(tree.data / "state/t")) == objects
