@@ -399,7 +399,8 @@ def _plan_dir_restore(entry: Entry, local: LocalState | None) -> MakeDir | KeepL
     if local is None:
         return MakeDir(entry, "missing")
     if local.kind != "dir":
-        return KeepLocal(entry, f"local path is a {local.kind}, not a directory")
+        return KeepLocal(entry, "local path is a file, symlink or special file, not a "
+                                "directory")
     if local.mode == entry.mode:
         return KeepLocal(entry, "same")
     return KeepLocal(entry, f"exists locally with mode {local.mode:04o}; its mode is kept")

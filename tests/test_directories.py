@@ -314,3 +314,24 @@ def test_an_index_rebuilt_from_the_manifest_records_no_directory_again(
     out = cli("--config", conf, "checkpoint", check=0)
     assert "directories" not in out.stdout
     assert manifest.list_objects(Store(tree.data / "state/t")) == objects
+
+
+def test_a_hot_restart_keeps_the_local_directory_mode_and_records_it(
+        tree: Tree, cli: CliRunner) -> None:
+    """Invariant 5: the local tree of a hot restart is newer; a directory there keeps its
+    mode, and the next checkpoint records that mode.  A missing one is made as recorded."""
+    conf = _conf(tree)
+    live = _live(tree)
+    for d in ("kept", "gone"):
+        _mkdir(live / d, 0o750)
+    tree.write("t/kept/f.txt", "f\n")
+    cli("--config", conf, "checkpoint", check=0)
+    (live / "kept").chmod(0o700)  # after the checkpoint: the newer state
+    (live / "gone").rmdir()
+    out = cli("--config", conf, "restore", "--dry-run", check=0)
+    assert "keep kept (exists locally with mode 0700; its mode is kept)" in out.stdout
+    assert "mkdir gone/ (missing, mode 0750)" in out.stdout
+    cli("--config", conf, "restore", check=0)
+    assert dir_modes(live) == {"kept": 0o700, "gone": 0o750}
+    assert "1 directory" in cli("--config", conf, "checkpoint", check=0).stdout
+    assert _entries(tree)["kept"].mode == 0o700
