@@ -9,7 +9,9 @@ overlaps), flush the durable filesystem once, on a write-back mount wait
 until it confirms the uploads (behind.py keeps what it could not confirm),
 write one manifest object naming what was published, and only then update
 the local index.  A pass that only appended
-segments to logs writes no manifest object (`manifest_entries` decides).  If
+segments to logs writes no manifest object (`manifest_entries` decides).  A
+directory is recorded by its manifest entry alone (nothing is copied; ``mkdir``
+on a bucket mount is not stored), in the same object as the pass's files.  If
 the durable side fails part-way, the index is not advanced, so the next pass
 takes the same files again; nothing already durable is lost.  An idle pass
 touches neither the durable side nor the index file.
@@ -49,6 +51,7 @@ from syncengine.plan import (
     Compact,
     MarkAbsent,
     PlainCopy,
+    RecordDir,
     RecordLink,
     SkipCompanion,
     SkipSpecial,
@@ -105,6 +108,7 @@ class _Done:
     other: Published | None = None  # an entry of another kind (a SQLite snapshot)
     link_target: str | None = None
     link_sig: tuple[int, int, int, int] | None = None
+    dir_mode: int | None = None  # a directory recorded (nothing copied)
 
 
 def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns: int,
@@ -150,6 +154,9 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     for other in actions:
         if isinstance(other, RecordLink):
             _record_link(state, other.path, done, errors, counts)
+        elif isinstance(other, RecordDir):  # unless the manifest has it (an index rebuilt
+            if state.index.dir_record(other.path) != (other.mode, 0):  # from it since the plan)
+                done.append(_Done(other.path, dir_mode=other.mode))
         elif isinstance(other, MarkAbsent):
             state.index.mark_absent(other.path, started_ns)
         elif isinstance(other, SkipSpecial):
@@ -202,7 +209,8 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
         plain_copies=plain if fatal is None else 0,
         bytes=sum(_written(c) for c in copied) if fatal is None else 0,
         unchanged=counts["unchanged"], skipped=counts["skipped"], changed=counts["changed"],
-        links=sum(1 for d in published if d.copied is None) if fatal is None else 0,
+        links=sum(1 for d in published if d.link_target is not None) if fatal is None else 0,
+        dirs=sum(1 for d in published if d.dir_mode is not None) if fatal is None else 0,
         manifest=name, errors=tuple(errors), fatal=fatal,
     )
 
@@ -319,16 +327,20 @@ def _entry(done: _Done) -> Entry:
                          extra=segments.manifest_extra(c.extra))
         return Entry(done.path, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64,
                      object=c.object)
+    if done.dir_mode is not None:
+        return Entry(done.path, "dir", mode=done.dir_mode)
     assert done.link_sig is not None
     return Entry(done.path, "symlink", mtime_ns=done.link_sig[1], target=done.link_target)
 
 
 def index_entries(index: Index) -> Iterable[Entry]:
-    """Every published entry the index knows, for a base manifest."""
+    """Every published entry the index knows, for a base manifest (directories last)."""
     for path in index.records:
         entry = index_entry(index, path)
         if entry is not None:
             yield entry
+    for path, mode, _absent in index.dir_items():
+        yield Entry(path, "dir", mode=mode)
 
 
 def index_entry(index: Index, path: str) -> Entry | None:
@@ -430,6 +442,8 @@ def _apply(index: Index, done: Iterable[_Done], started_ns: int) -> None:
                          extra=extra)
             if extra == {}:
                 index.extras.pop(d.path, None)
+        elif d.dir_mode is not None:
+            index.record_dir(d.path, d.dir_mode)
         elif d.link_sig is not None and d.link_target is not None:
             size, mtime, ctime, mode = d.link_sig
             index.record(d.path, size=size, mtime_ns=mtime, ctime_ns=ctime,

@@ -67,6 +67,8 @@ def _print_report(report: Report, quiet: bool) -> None:
                 extra += f", {a.changed} changed while copied (taken again next pass)"
             if a.plain_copies:
                 extra += f", {a.plain_copies} transcript(s) whole at their plain path"
+            if a.dirs:
+                extra += f", {a.dirs} director{'y' if a.dirs == 1 else 'ies'}"
             print(f"{a.name}: {verb} {a.files} file(s), {a.bytes} bytes, "
                   f"{a.unchanged} unchanged{extra}")
         for e in a.errors:

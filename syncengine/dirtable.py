@@ -23,6 +23,11 @@ rebuilds it.  A
 directory whose mtime is within the timestamp granularity of the pass start is
 stored as UNKNOWN, so a change in the same clock tick is never missed (borg's
 files cache and git's "racily clean" index entries do the same).
+
+The same signatures tell when a directory itself must be compared with its
+record in the index (its mode, and whether it is there): a chmod moves its
+ctime, removing it makes it GONE, so a directory whose signature stands needs
+no look (see `tablewalk`).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import xxhash
 
 from syncengine import savefile
 
-MAGIC = b"SYNCDIR1"
+MAGIC = b"SYNCDIR2"  # 2: directories are recorded; a table of 1 never compared them
 UNKNOWN = 0  # list this directory on the next walk
 GONE = 1  # not a directory any more (removed, or replaced by a file or symlink)
 

@@ -204,7 +204,8 @@ class Engine:
 
         recent = started - checkpoint.GRANULARITY_NS  # directories changed since: list again
         jobs = [ScanJob(s.name, os.fspath(s.live), self._matchers[s.name], s.index.records,
-                        self.skip_dirs(self.config.adapter(s.name)), recent_ns=recent)
+                        self.skip_dirs(self.config.adapter(s.name)), s.index.dir_view(),
+                        recent_ns=recent)
                 for s in states]
         return [attrs.evolve(j, table=tablewalk.load_table(s.index_path, j, s.index))
                 for j, s in zip(jobs, states, strict=True)]
@@ -215,7 +216,7 @@ class Engine:
         from syncengine import checkpoint, segments, sqlite, tablewalk
         from syncengine import missing as missing_mod
         from syncengine import seed as seeding
-        from syncengine.plan import PUBLISHING, RecordLink, plan_checkpoint
+        from syncengine.plan import PUBLISHING, RecordDir, RecordLink, plan_checkpoint
         from syncengine.scan import scan, scan_paths
 
         states = []
@@ -257,14 +258,16 @@ class Engine:
             sniff = checkpoint.LiveContent(state.live) if state.sqlite is not None else None
             actions = plan_checkpoint(result, state.index, missing, idle, logs=state.segments,
                                       sniff=sniff, plain=plain,
-                                      plain_why=f"quiet for {self.config.plain_after:g} s"
+                                      plain_why=f"quiet for {self.config.plain_after:g} s",
+                                      missing_dirs=missing_mod.missing_dirs(state, result)
                                       ) + tuple(
                 sqlite.plan_databases(state.live, state.sqlite_patterns, state.index))
             if dry_run:
                 reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
                 continue
             # a final pass also records logs whose newest segments no manifest lists yet
-            may_write = any(isinstance(a, (*PUBLISHING, RecordLink)) for a in actions) or (
+            may_write = any(isinstance(a, (*PUBLISHING, RecordLink, RecordDir))
+                            for a in actions) or (
                 final and segments.unrecorded(state.index))
             if may_write and state.name in self._unseeded:
                 try:  # only now: an idle pass never reads the durable side

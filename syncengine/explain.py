@@ -42,9 +42,9 @@ LINK = "link"  # a symlink: recorded (target), never followed
 EXCLUDE = "exclude"  # matched an exclusion pattern: never published
 SPECIAL = "special"  # FIFO, socket or device: never opened
 INTERNAL = "internal"  # syncengine's own state directory or temp file
-DIRECTORY = "dir"  # walked; its entries are listed on their own lines
+DIRECTORY = "dir"  # walked and recorded with its mode; its entries have their own lines
 ABSENT = "absent"  # a PATH argument that does not exist
-PUBLISHED = frozenset({PUBLISH, SEGMENTS, SNAPSHOT, UNLISTED_DB, LINK})
+PUBLISHED = frozenset({PUBLISH, SEGMENTS, SNAPSHOT, UNLISTED_DB, LINK, DIRECTORY})
 
 
 @attrs.frozen
@@ -166,7 +166,8 @@ def decide(rules: _Rules, rel: str) -> Decision:
         if rel and not entered(job, rel):
             pattern, key = rules.excluded_by(rel, True)
             return Decision(rel, kind, EXCLUDE, pattern, rules.source(key))
-        return Decision(rel, kind, DIRECTORY, "walked", "")
+        return Decision(rel, kind, DIRECTORY, "walked; recorded with its mode" if rel
+                        else "walked", "")
     if not reported(job, rel):
         if rel.endswith(TEMP_SUFFIX):
             return Decision(rel, kind, INTERNAL, f"*{TEMP_SUFFIX}", "syncengine temp file")

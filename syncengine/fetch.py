@@ -1,4 +1,5 @@
-"""Placing one durable entry in the live tree: a file, a log rebuilt from its chain, a link.
+"""Placing one durable entry in the live tree: a file, a log rebuilt from its chain, a link,
+a directory.
 
 Owns the per-entry side of a restore (restore.py plans and runs them).  The
 bytes go to a closed temp file beside the target and are checked against the
@@ -7,7 +8,9 @@ anything is placed; only then is the temp renamed over the target with the
 recorded mode (never setuid, setgid or sticky: the plan dropped them) and
 mtime.  A copy that fails the check leaves the live path as it was and its
 temp file is removed.  Directories are reached through a `DirCache`, never
-following a symlink, so nothing is written outside the live root.
+following a symlink, so nothing is written outside the live root.  A recorded
+directory is made there too (`make_dir`), owner-only at first, and given its
+recorded mode by descriptor (restore.py decides when).
 """
 
 from __future__ import annotations
@@ -40,9 +43,11 @@ def local_state(live: DirCache, relpath: str) -> LocalState | None:
         kind = "file"
     elif stat.S_ISLNK(st.st_mode):
         kind = "symlink"
+    elif stat.S_ISDIR(st.st_mode):
+        kind = "dir"
     else:
         kind = "other"
-    return LocalState(kind, st.st_size, st.st_mtime_ns)
+    return LocalState(kind, st.st_size, st.st_mtime_ns, st.st_mode & 0o7777)
 
 
 def fetch_file(action: Fetch, live: DirCache, durable: DirCache, *, unrecorded: bool
@@ -172,3 +177,18 @@ def make_link(entry: Entry, live: DirCache) -> Done:
     except OSError as exc:
         raise source_error("symlink", entry.path, exc) from exc
     return entry, st, link_hash(entry.target)
+
+
+def make_dir(entry: Entry, live: DirCache, *, set_mode: bool) -> int:
+    """Make the recorded directory `entry` where it is missing (never through a symlink;
+    owner-only, as restore makes every parent) and, with `set_mode`, give it its recorded
+    mode; return the mode it has now."""
+    try:
+        with live.pinned(entry.path) as fd:
+            if set_mode:
+                os.fchmod(fd, entry.mode)
+            return os.fstat(fd).st_mode & 0o7777
+    except UnsafePath:
+        raise
+    except OSError as exc:
+        raise source_error("mkdir", entry.path, exc) from exc

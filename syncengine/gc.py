@@ -12,11 +12,13 @@ missing in ``[gc] absent_passes`` consecutive passes; its durable copy goes
 ["absent_since"]``).  Then a new base manifest without it is written first
 (a restore never asks for a deleted object) and its objects are deleted,
 each re-checked with ``lstat`` locally just before: a path that exists
-locally is never deleted.  Also removed: staging temp files older than
+locally is never deleted (a directory where a file was recorded does not count
+as the file: that file is gone).  Also removed: staging temp files older than
 ``staging_seconds``, manifest objects older than the newest readable base,
 and segment chains no manifest entry names, once older than the grace
 period.  SQLite snapshots are replaced in place (one name per database), so
-none are superseded.
+none are superseded.  A recorded directory removed locally is tombstoned the
+same way; only its manifest entry goes (nothing durable holds it).
 
 Refuses (exit 1, with the reason) while the last restore is incomplete, and
 per adapter when the manifest has an unreadable object or an invalid entry
@@ -30,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -191,7 +194,7 @@ def _objects_of(entry: Entry, chains: Mapping[str, list[tuple[str, int]]]
         return [*chains.get(entry.path, []), (entry.path, size if isinstance(size, int) else 0)]
     if entry.kind in ("file", "sqlite"):
         return [(entry.location, entry.size)]
-    return []  # a symlink lives in the manifest only
+    return []  # a symlink or a directory lives in the manifest only
 
 
 def plan(facts: Facts, cfg: GcConfig, now_ns: int) -> tuple[GcAction, ...]:
@@ -260,7 +263,11 @@ def gather(state: AdapterState) -> Facts:
     for path, rec in state.index.items():
         if rec.absent:
             absent[path] = (rec.absent, since.get(path))
-    missing = frozenset(p for p in mstate.entries if not _exists_locally(state, p))
+    for path, _mode, passes in state.index.dir_items():
+        if passes:
+            absent[path] = (passes, since.get(path))
+    missing = frozenset(p for p, e in mstate.entries.items()
+                        if not _exists_locally(state, p, e.kind))
     staging = []
     for name in store.listdir(STAGING_DIR):
         st = store.stat(f"{STAGING_DIR}/{name}")
@@ -279,10 +286,12 @@ def gather(state: AdapterState) -> Facts:
                  unusable)
 
 
-def _exists_locally(state: AdapterState, path: str) -> bool:
+def _exists_locally(state: AdapterState, path: str, kind: str) -> bool:
+    """Whether what the entry records is there: a directory for a ``dir`` entry, anything
+    else for the other kinds (a file replaced by a directory is gone, and its durable copy
+    keeps the directory from being recorded, see `plan.SkipDir`)."""
     try:
-        os.lstat(state.live / path)
-        return True
+        return stat.S_ISDIR(os.lstat(state.live / path).st_mode) == (kind == "dir")
     except FileNotFoundError:
         return False
     except NotADirectoryError:
@@ -299,7 +308,8 @@ def execute(state: AdapterState, facts: Facts, actions: Sequence[GcAction], now_
     """Carry out a plan under the state lock: new base first, then deletions."""
     store = state.store
     tombs = [a for a in actions if isinstance(a, DeletePath)]
-    kept = tuple(a.path for a in tombs if _exists_locally(state, a.path))
+    kept = tuple(a.path for a in tombs
+                 if _exists_locally(state, a.path, facts.entries[a.path].kind))
     tombs = [a for a in tombs if a.path not in kept]
     manifest_name = None
     count = size = 0
@@ -320,7 +330,8 @@ def execute(state: AdapterState, facts: Facts, actions: Sequence[GcAction], now_
     manifest_limit = 1 << 62 if manifest_name else facts.base_seq
     for action in actions:
         if isinstance(action, DeletePath):
-            if action.path in kept or _exists_locally(state, action.path):
+            if action.path in kept or _exists_locally(state, action.path,
+                                                       facts.entries[action.path].kind):
                 continue  # reappeared: never delete a file that exists locally
             names: Sequence[str] = action.objects
         elif isinstance(action, DeleteObjects):

@@ -10,9 +10,14 @@ readable base and applies the deltas after it in order.  Nothing is ever
 rewritten in place; superseded objects are left for ``gc``.
 
 Each object opens with a header line and ends with an ``{"end": N}`` trailer.
-Entry kinds other than ``file`` and ``symlink`` (SQLite snapshots,
+Entry kinds other than ``file``, ``symlink`` and ``dir`` (SQLite snapshots,
 append-only segments) are kept verbatim, so an older reader preserves what a
-newer writer recorded.
+newer writer recorded.  A ``dir`` entry records a directory of the live tree,
+empty or not, with its mode only (``{"path", "kind": "dir", "mode"}``): a
+directory's mtime moves whenever an entry is added in it, so recording it
+would put an entry in every pass that adds a file, and nothing that agents
+keep depends on it.  On a bucket the manifest is a directory's only record
+(``mkdir`` on the mount is not stored).
 
 What an unreadable object means (`load`).  A base holds every entry *and*
 the changes of the pass that wrote it (that pass writes no delta), so an
@@ -113,6 +118,9 @@ class Entry:
         out.update(path=self.path, kind=self.kind, mtime_ns=self.mtime_ns)
         if self.kind == "symlink":
             out["target"] = self.target
+        elif self.kind == "dir":
+            del out["mtime_ns"]
+            out["mode"] = self.mode
         else:
             out.update(size=self.size, mode=self.mode)
             if self.hash is not None:
@@ -131,6 +139,11 @@ class Entry:
         symlink = kind == "symlink"
         extra = {} if data.keys() <= _KNOWN else {
             k: v for k, v in data.items() if k not in _KNOWN and not k.startswith("_")}
+        if kind == "dir":  # a mode is all it records: it must be there, and valid
+            if "mode" not in data:
+                raise ValueError("mode is missing (a directory entry records its mode)")
+            return cls(path=path, kind=kind, mode=_int(data, "mode", 0, 0, 0o7777 + 1),
+                       extra=extra)
         return cls(
             path=path, kind=kind,
             size=0 if symlink else _int(data, "size", 0, 0, _INT64),

@@ -5,6 +5,9 @@ when it is a directory now, or when a directory above it is gone or became a
 symlink (never looked up through the link).  A path already absent is counted
 once more each pass, up to a cap (gc's grace period counts passes and time).
 Listed SQLite databases are never scanned as files, so never missing here.
+Recorded directories follow the same rules (`missing_dirs`): nothing durable
+is deleted for one, but its manifest entry stays until gc's tombstone drops
+it, exactly as a file's does.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from syncengine import sqlite
-from syncengine.index import Index
+from syncengine.dirtable import GONE
+from syncengine.index import DIR_ABSENT, Index
 from syncengine.scan import ScanResult
 
 if TYPE_CHECKING:
@@ -104,3 +108,48 @@ def missing_among(state: AdapterState, gone: Sequence[str]) -> list[str]:
         out.extend(p for p, raw in records.items()
                    if p.startswith(prefixes) and raw[-1] < _ABSENT_CAP)
     return out
+
+
+def missing_dirs(state: AdapterState, scan: ScanResult) -> list[str]:
+    """Recorded directories not in the live tree this pass, whichever walk `scan` was.
+
+    A table-driven walk names the ones it found gone; a hinted one names gone
+    paths (a directory's own, or one above it); a full listing saw every
+    directory it listed and counted the recorded ones (`dirs_known`), so only
+    when some are unaccounted for is each of those looked up.  A directory
+    already missing is counted once more each pass unless it was seen again.
+    """
+    index = state.index
+    if not index.dir_count():
+        return []
+    seen = {s.path for s in scan.dirs}
+    if scan.dirs_gone is not None:  # the table-driven walk
+        return scan.dirs_gone + (_still_absent(index.dirs, seen) if index.dirs_absent else [])
+    if scan.gone is not None:  # hints from a watcher: only what they name
+        if not scan.gone:
+            return []
+        gone = set(scan.gone)
+        prefixes = tuple(p + "/" for p in scan.gone)
+        return [p for p, v in index.dirs.items() if (p in gone or p.startswith(prefixes))
+                and v // DIR_ABSENT < _ABSENT_CAP and p not in seen]
+    need_lookup = scan.dirs_known < index.dir_count() - index.dirs_absent
+    if not need_lookup:
+        return _still_absent(index.dirs, seen) if index.dirs_absent else []
+    dirs = index.dirs
+    listed = scan.walk.listed if scan.walk is not None else {}
+    real_dir = _real_dirs(state.live)
+    out = []
+    for path, value in dirs.items():
+        if path in seen:
+            continue
+        if value >= DIR_ABSENT:
+            if value // DIR_ABSENT < _ABSENT_CAP:
+                out.append(path)
+        elif listed.get(path, GONE) == GONE and not real_dir(path):
+            out.append(path)  # gone, not a directory now, or under a symlink now
+    return out
+
+
+def _still_absent(dirs: dict[str, int], seen: set[str]) -> list[str]:
+    return [p for p, v in dirs.items()
+            if v >= DIR_ABSENT and v // DIR_ABSENT < _ABSENT_CAP and p not in seen]

@@ -111,9 +111,35 @@ class MarkAbsent:
     """A published path is gone locally: keep the durable copy, count the pass."""
 
     path: str
+    directory: bool = False  # a recorded directory: nothing durable but its manifest entry
 
     def __str__(self) -> str:
+        if self.directory:
+            return f"absent {self.path}/ (directory: its manifest entry is kept until gc)"
         return f"absent {self.path} (durable copy kept)"
+
+
+@attrs.frozen
+class RecordDir:
+    """Record a directory (empty or not) and its mode in the manifest: nothing is copied."""
+
+    path: str
+    mode: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"dir {self.path}/ ({self.reason}, mode {self.mode:04o})"
+
+
+@attrs.frozen
+class SkipDir:
+    """A directory not recorded this pass, and why (it is looked at again next pass)."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"skip {self.path}/ ({self.reason})"
 
 
 @attrs.frozen
@@ -151,14 +177,15 @@ class SkipCompanion:
 
 
 CheckpointAction = (Upload | AppendSegments | Compact | PlainCopy | RecordLink | MarkAbsent
-                    | SkipSpecial | Snapshot | SkipCompanion)
+                    | SkipSpecial | Snapshot | SkipCompanion | RecordDir | SkipDir)
 PUBLISHING = (Upload, AppendSegments, Compact, PlainCopy, Snapshot)  # actions that copy bytes
 
 
 def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
                     compact: frozenset[str] = frozenset(), *, logs: Matcher | None = None,
                     sniff: Sniffer | None = None, plain: frozenset[str] = frozenset(),
-                    plain_why: str = "quiet") -> tuple[CheckpointAction, ...]:
+                    plain_why: str = "quiet", missing_dirs: Iterable[str] = ()
+                    ) -> tuple[CheckpointAction, ...]:
     """One action per changed, new, vanished or special path, naming what will be done.
 
     `logs` matches append-only logs (segments); `compact` names idle logs whose
@@ -166,6 +193,8 @@ def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
     logs whose whole content is published at their plain path (segments.py;
     `plain_why` says why) unless they changed in this pass; `sniff` tells
     SQLite databases and their companions from plain files (none: all plain).
+    Directories the scan reports are recorded (`RecordDir`), those in
+    `missing_dirs` counted absent.
     """
     actions: list[CheckpointAction] = []
     changed = set()
@@ -186,8 +215,22 @@ def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
     actions.extend(Snapshot(p, "unlisted database: its WAL or journal changed", listed=False)
                    for p in sorted(databases - snapshotted))
     actions.extend(MarkAbsent(p) for p in sorted(missing))
+    actions.extend(_plan_dir(d.path, d.mode, index) for d in sorted(scan.dirs))
+    actions.extend(MarkAbsent(p, directory=True) for p in sorted(missing_dirs))
     actions.extend(SkipSpecial(p) for p in sorted(scan.specials))
     return tuple(actions)
+
+
+def _plan_dir(path: str, mode: int, index: Index) -> RecordDir | SkipDir:
+    if path in index.records:  # its tombstone must reach gc first (see Index.record_dir)
+        return SkipDir(path, "a file of that name is still recorded; the directory is "
+                             "recorded once gc has dropped it")
+    rec = index.dir_record(path)
+    if rec is None:
+        return RecordDir(path, mode, "new")
+    if rec[1]:
+        return RecordDir(path, mode, "reappeared")
+    return RecordDir(path, mode, f"mode was {rec[0]:04o}")
 
 
 _HEADER_MIN = 512  # the smallest SQLite database (one page)
@@ -247,9 +290,10 @@ def _plan_log(seen: Seen, index: Index, compact: bool) -> AppendSegments | Compa
 class LocalState:
     """What is at a path in the live tree right now (lstat), or None."""
 
-    kind: str  # "file", "symlink", "other"
+    kind: str  # "file", "symlink", "dir", "other"
     size: int
     mtime_ns: int
+    mode: int = 0  # permission bits
 
 
 @attrs.frozen
@@ -293,6 +337,27 @@ class KeepLocal:
 
 
 @attrs.frozen
+class MakeDir:
+    """Create a recorded directory missing locally, with its recorded mode.
+
+    The mode is set when the directory is made, unless it would keep restore
+    from placing what belongs inside (the owner lacks read, write or search):
+    then it is set after every file of the restore is in place.
+    """
+
+    entry: Entry
+    reason: str
+
+    @property
+    def deferred(self) -> bool:
+        return self.entry.mode & 0o700 != 0o700
+
+    def __str__(self) -> str:
+        when = ", set after its contents" if self.deferred else ""
+        return f"mkdir {self.entry.path}/ ({self.reason}, mode {self.entry.mode:04o}{when})"
+
+
+@attrs.frozen
 class Reject:
     """An entry that cannot be restored safely or is of an unknown kind."""
 
@@ -316,7 +381,7 @@ class RestoreDB:
                 f"else restore the {src})")
 
 
-RestoreAction = Fetch | MakeLink | KeepLocal | Reject | RestoreDB
+RestoreAction = Fetch | MakeLink | KeepLocal | Reject | RestoreDB | MakeDir
 
 
 def plan_restore_entry(entry: Entry, local: LocalState | None, *, unsafe: str | None,
@@ -336,17 +401,33 @@ def plan_restore_entry(entry: Entry, local: LocalState | None, *, unsafe: str | 
         return Reject(entry, unsafe)
     if entry.kind not in known_kinds:
         return Reject(entry, f"unknown entry kind {entry.kind!r}: written by a newer syncengine?")
+    if entry.kind == "dir":
+        return _plan_dir_restore(entry, local)
     if local is None:
         return (MakeLink(entry, "missing") if entry.kind == "symlink"
                 else Fetch(entry, "missing", walked))
     reason = keep_reason(entry, local)
-    if reason is not None and entry.kind == "segments" and local.kind != "other":
+    if reason is not None and entry.kind == "segments" and local.kind in ("file", "symlink"):
         return Fetch(entry, f"{reason} by the manifest; its chain decides")
     if reason is not None:
         return KeepLocal(entry, reason)
     if entry.kind == "symlink":
         return MakeLink(entry, "local copy is older")
     return Fetch(entry, "local copy is older", walked)
+
+
+def _plan_dir_restore(entry: Entry, local: LocalState | None) -> MakeDir | KeepLocal:
+    """A directory is made when missing.  One that exists keeps its mode: nothing tells
+    which mode is newer (no time is recorded for directories), and on a hot restart the
+    local tree is the newer state (invariant 5); the next checkpoint records it."""
+    if local is None:
+        return MakeDir(entry, "missing")
+    if local.kind != "dir":
+        return KeepLocal(entry, "local path is a file, symlink or special file, not a "
+                                "directory")
+    if local.mode == entry.mode:
+        return KeepLocal(entry, "same")
+    return KeepLocal(entry, f"exists locally with mode {local.mode:04o}; its mode is kept")
 
 
 SPECIAL_BITS = 0o7000  # setuid, setgid, sticky
@@ -365,7 +446,7 @@ def without_special_bits(entry: Entry) -> Entry:
 
 def keep_reason(entry: Entry, local: LocalState) -> str | None:
     """Why the local copy must stay instead of `entry` (invariant 5), or None."""
-    if local.kind == "other":
+    if local.kind in ("dir", "other"):
         return "local path is a directory or special file"
     if local.mtime_ns > entry.mtime_ns:
         return "local copy is newer"

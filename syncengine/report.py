@@ -28,6 +28,7 @@ class AdapterReport:
     unchanged: int = 0  # looked at, content equal: nothing written
     kept_local: int = 0  # restore: newer local files left alone
     links: int = 0
+    dirs: int = 0  # directories recorded (checkpoint) or made (restore)
     skipped: int = 0  # special files, vanished files
     changed: int = 0  # changed while copied: previous durable copy kept, taken next pass
     plain_copies: int = 0  # transcripts published whole at their plain path (segments.py)

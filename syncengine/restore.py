@@ -11,6 +11,17 @@ an invalid entry, a copy that differs from its record and is not a newer
 complete version (recorded.py), a database it cannot validate, each makes it
 incomplete.  Afterwards the index knows every restored file, so the next
 checkpoint uploads only what differs.
+
+Directories recorded in the manifest (``dir`` entries, empty or not) that are
+missing locally are made first, with their recorded mode, except a mode that
+would keep restore out (the owner lacks read, write or search, e.g. 0500):
+that one is set last, deepest first, after everything inside is placed.  A
+mode is never wider than recorded and never setuid, setgid or sticky (the
+plan drops those bits, logging ``restore.mode-dropped``).  A directory that
+exists locally keeps its mode (invariant 5: on a hot restart the local tree is
+the newer state; nothing records when a directory's mode changed), and the
+next checkpoint records it.  Parents that no entry names (an older manifest)
+are made owner-only, as before.
 """
 
 from __future__ import annotations
@@ -18,20 +29,21 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Callable, Generator, Iterable
-from contextlib import closing
+from collections.abc import Callable, Generator, Iterable, Iterator
+from contextlib import closing, contextmanager
 from typing import Any
 
 from syncengine import checkpoint, forked, manifest, openfiles, recorded, segments, sqlite_restore
 from syncengine.checkpoint import AdapterState
 from syncengine.copier import Vanished, in_order
 from syncengine.errors import DurableError, SourceError
-from syncengine.fetch import Done, fetch_file, fetch_log, local_state, make_link
+from syncengine.fetch import Done, fetch_file, fetch_log, local_state, make_dir, make_link
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry
 from syncengine.plan import (
     Fetch,
     KeepLocal,
+    MakeDir,
     MakeLink,
     Reject,
     RestoreAction,
@@ -45,7 +57,7 @@ from syncengine.safepath import DirCache, UnsafePath, check_relpath
 from syncengine.store import Store
 
 log = logging.getLogger("syncengine")
-KINDS = frozenset({"file", "symlink", "segments"})
+KINDS = frozenset({"file", "symlink", "segments", "dir"})
 
 
 def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str], str]:
@@ -96,7 +108,7 @@ def plan(state: AdapterState, entries: Iterable[Entry], source: str = "manifest"
     entries = [e for e in entries if e.problem is None]
     entries, databases = sqlite_restore.plan(entries, state.sqlite_patterns, state.live,
                                              state.store)
-    paths = {e.path for e in entries}
+    paths = {e.path for e in entries if e.kind != "dir"}  # a recorded directory is a parent
     empty = _is_empty(os.fspath(state.live))  # a first start: nothing local to compare
     with DirCache(state.live, remember_missing=True) as live:
         for entry in sorted(entries, key=lambda e: e.path):
@@ -158,17 +170,20 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int,
     """Carry out a restore plan for one adapter."""
     errors: list[PathError] = []
     restored: list[Done] = []
-    counts = {"kept": 0, "links": 0, "skipped": 0, "newer": 0, "dbs": 0}
+    counts = {"kept": 0, "links": 0, "skipped": 0, "newer": 0, "dbs": 0, "db_bytes": 0}
     fatal = None
     index = state.index
     fetches = [a for a in actions if isinstance(a, (Fetch, MakeLink))]
     databases = [a for a in actions if isinstance(a, RestoreDB)]
+    dirs = [a for a in actions if isinstance(a, MakeDir)]
+    made: dict[str, int] = {}
     unrecorded = recorded.unrecorded_possible(state.staging_marker, lambda: index.meta,
                                               int(index.meta.get("manifest_seq", 0)))
     meter = progress.start("restore", state.name, len(fetches),
                            sum(a.entry.size or 0 for a in fetches))
     try:
         with DirCache(state.live, create=True) as live, state.store.reader() as durable, \
+                _dirs_around(state, dirs, live, made, errors), \
                 closing(_execute(fetches, live, durable, jobs, unrecorded)) as results:
             for action, result in results:
                 meter.advance(1, action.entry.size or 0)
@@ -185,6 +200,7 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int,
                 sqlite_restore.record(index, db, outcome, state.sqlite_patterns)
                 counts["kept"] += outcome.kept
                 counts["dbs"] += not outcome.kept
+                counts["db_bytes"] += 0 if outcome.kept else outcome.st.st_size
                 counts["newer"] += outcome.newer
     except DurableError as exc:
         fatal = str(exc)
@@ -193,20 +209,49 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int,
         checkpoint.mark_unrecorded(state)
     for other in actions:
         if isinstance(other, KeepLocal):
-            counts["kept"] += 1
+            counts["kept"] += other.entry.kind != "dir"
             _seed(index, other.entry)
         elif isinstance(other, Reject):
             errors.append(PathError(state.name, other.entry.path, "restore", other.reason))
             log.warning("restore.refused adapter=%s path=%s reason=%s", state.name,
                         other.entry.path, other.reason)
     _record(index, restored)
+    for path, mode in made.items():  # as they are now: a mode that could not be set is
+        index.record_dir(path, mode)  # not recorded as the manifest's, so it is kept there
     if index.changed:
         index.save(state.index_path)
     files = [e for e, _, _ in restored if e.kind != "symlink"]
     return AdapterReport(name=state.name, files=len(files) + counts["dbs"],
-                         bytes=sum(e.size for e in files), kept_local=counts["kept"],
-                         links=len(restored) - len(files), skipped=counts["skipped"],
-                         errors=tuple(errors), fatal=fatal)
+                         bytes=sum(e.size for e in files) + counts["db_bytes"],
+                         kept_local=counts["kept"], links=len(restored) - len(files),
+                         dirs=len(made), skipped=counts["skipped"], errors=tuple(errors),
+                         fatal=fatal)
+
+
+@contextmanager
+def _dirs_around(state: AdapterState, dirs: list[MakeDir], live: DirCache,
+                 made: dict[str, int], errors: list[PathError]) -> Iterator[None]:
+    """Make the missing directories (shallowest first) before the files are placed, and
+    set the modes that would have kept restore out of them after (deepest first: a
+    directory's descendants before it), even when the durable side stopped the run."""
+    _make_dirs(state, sorted(dirs, key=lambda a: a.entry.path), live, made, errors,
+               last=False)
+    try:
+        yield
+    finally:
+        late = [a for a in dirs if a.deferred and a.entry.path in made]
+        _make_dirs(state, sorted(late, key=lambda a: a.entry.path, reverse=True), live, made,
+                   errors, last=True)
+
+
+def _make_dirs(state: AdapterState, dirs: list[MakeDir], live: DirCache,
+               made: dict[str, int], errors: list[PathError], *, last: bool) -> None:
+    for action in dirs:
+        try:
+            made[action.entry.path] = make_dir(action.entry, live,
+                                               set_mode=last or not action.deferred)
+        except SourceError as exc:  # made owner-only, if at all: recorded as it is
+            _failed(state, action.entry.path, exc, errors)
 
 
 def _collect(state: AdapterState, action: Fetch | MakeLink, result: Outcome,
@@ -251,7 +296,9 @@ def _seed(index: Index, entry: Entry) -> None:
     rec = index.get(entry.path)
     if rec is not None and rec.ctime_ns != DIRTY and entry.hash == rec.hash64:
         return
-    if entry.kind in ("file", "symlink"):
+    if entry.kind == "dir":  # the durable mode: a different local one is recorded next pass
+        index.record_dir(entry.path, entry.mode)
+    elif entry.kind in ("file", "symlink"):
         index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns, ctime_ns=DIRTY,
                      hash64=entry.hash or 0, mode=entry.mode, kind=entry.kind,
                      target=entry.target, extra=entry.index_extra() or {})

@@ -2,9 +2,12 @@
 
 Owns the walk over live trees only (never the durable side).  A walk yields,
 per adapter, the regular files and symlinks whose stat signature differs from
-the index, the special files it skipped (FIFOs, sockets, devices are never
-opened), and counts to detect paths that disappeared.  Excluded directories
-are not entered.
+the index, the directories whose mode (or presence) differs from the index's
+directory record, the special files it skipped (FIFOs, sockets, devices are
+never opened), and counts to detect paths that disappeared.  Excluded
+directories are not entered, so never reported.  A directory's mode comes
+from the ``fstat`` of the descriptor it is listed through, which the
+directory table needs anyway: no system call is added.
 
 `scan_paths` looks only at the paths a file watcher reported (a partial
 scan); its result says which of those paths are gone, and nothing else.
@@ -28,7 +31,7 @@ import attrs
 
 from syncengine import dirtable, forked
 from syncengine.dirtable import GONE, UNKNOWN, DirTable, DirWalk
-from syncengine.index import SIG
+from syncengine.index import DIR_ABSENT, SIG
 from syncengine.patterns import Matcher
 from syncengine.savefile import TEMP_SUFFIX
 
@@ -57,13 +60,22 @@ class Seen(NamedTuple):
         return stat.S_ISLNK(self.mode)
 
 
+class SeenDir(NamedTuple):
+    """A listed directory whose mode differs from its record (or that has none, or whose
+    record says it was missing): the root of the tree itself is never one."""
+
+    path: str
+    mode: int  # permission bits only (0o7777)
+
+
 @attrs.frozen
 class ScanJob:
     """One tree to walk: root, exclusions, the index records to compare against.
 
     With `recent_ns` the walk also takes each listed directory's signature
     (for the directory table); with a `table` as well, it lists only the
-    directories whose signature changed.
+    directories whose signature changed.  `dirs` is the index's directory
+    records (`Index.dirs`).
     """
 
     name: str
@@ -71,6 +83,7 @@ class ScanJob:
     matcher: Matcher
     records: Mapping[str, bytes]
     skip_dirs: frozenset[str] = frozenset()
+    dirs: Mapping[str, int] = attrs.field(factory=dict)
     recent_ns: int | None = None
     table: DirTable | None = None
 
@@ -87,11 +100,18 @@ class ScanResult:
     exists: bool = True
     gone: list[str] | None = None  # partial or table-driven scan: indexed paths now missing
     walk: DirWalk | None = None  # what the walk learned about directories
+    dirs: list[SeenDir] = attrs.field(factory=list)  # directories to record
+    dirs_known: int = 0  # listed directories recorded as present (a full listing)
+    dirs_gone: list[str] | None = None  # table-driven scan: directories recorded, now missing
 
     def merge(self, other: ScanResult) -> None:
         self.changed.extend(other.changed)
         self.seen += other.seen
         self.known += other.known
+        self.dirs.extend(other.dirs)
+        self.dirs_known += other.dirs_known
+        if other.dirs_gone is not None:
+            self.dirs_gone = (self.dirs_gone or []) + other.dirs_gone
         self.specials.extend(other.specials)
         self.errors.extend(other.errors)
         if other.gone is not None:
@@ -113,6 +133,8 @@ def walk_listing(job: ScanJob, start: str, out: ScanResult, *, limit: int | None
 
     The loop body runs once per file of every tree on every pass: it keeps to
     local names, the DirEntry's cached type, and one ``lstat`` per file.
+    Each directory listed (the root excepted) is compared with its record
+    (`_compare_dir`).
     """
     root, records, skip = job.root, job.records, job.skip_dirs
     sigs = out.walk.listed if out.walk is not None else None
@@ -147,9 +169,13 @@ def walk_listing(job: ScanJob, start: str, out: ScanResult, *, limit: int | None
             out.errors.append((d or ".", exc.strerror or str(exc)))
             continue
         try:
-            if sigs is not None:  # taken before reading: a later change moves it
+            if sigs is not None or d:  # taken before reading: a later change moves it
                 st = os.fstat(dir_fd)
-                sigs[d] = dirtable.dir_sig(st.st_ino, st.st_mtime_ns, st.st_ctime_ns, recent)
+                if sigs is not None:
+                    sigs[d] = dirtable.dir_sig(st.st_ino, st.st_mtime_ns, st.st_ctime_ns,
+                                               recent)
+                if d:
+                    _compare_dir(job, d, st.st_mode, out)
             it = os.scandir(dir_fd)
         except OSError as exc:
             os.close(dir_fd)
@@ -198,6 +224,17 @@ def walk_listing(job: ScanJob, start: str, out: ScanResult, *, limit: int | None
     out.seen += seen
     out.known += known
     return stack if limit is not None else []
+
+
+def _compare_dir(job: ScanJob, d: str, st_mode: int, out: ScanResult) -> None:
+    """Report directory `d` when its record differs (a new one, a mode change, back after
+    missing); count it when it is recorded as present."""
+    mode = st_mode & 0o7777
+    rec = job.dirs.get(d)
+    if rec != mode:
+        out.dirs.append(SeenDir(d, mode))
+    if rec is not None and rec < DIR_ABSENT:
+        out.dirs_known += 1
 
 
 def scan(jobs: Sequence[ScanJob], *, workers: int = 2) -> dict[str, ScanResult]:

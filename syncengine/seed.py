@@ -61,6 +61,8 @@ def from_manifest(state: AdapterState) -> None:
                                kind=entry.kind, target=entry.target, extra=entry.index_extra())
         elif entry.kind == "segments":
             segments.seed(state.index, entry)
+        elif entry.kind == "dir":  # compared with the live directory by the next walk
+            state.index.record_dir(entry.path, entry.mode)
         elif entry.kind == "sqlite":  # snapshot next pass; published only if it differs
             state.index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns,
                                ctime_ns=DIRTY, hash64=entry.hash or 0, mode=entry.mode,

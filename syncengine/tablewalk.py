@@ -16,7 +16,12 @@ What the listing would have found is found another way:
   skipped there, new subdirectories are walked whole);
 - a missing file: its ``lstat`` fails, and it is reported in ``gone``;
 - a directory replaced by a symlink: it is not a directory any more, so the
-  paths under it are reported gone, never looked up through the link.
+  paths under it are reported gone, never looked up through the link;
+- a new directory, or one whose mode changed: a chmod moves its ctime, so its
+  signature moved and it is listed again, which compares it with its record
+  (`scan.walk_listing`); a recorded directory now missing: its signature is
+  GONE, and it is reported in ``dirs_gone``.  Directories whose signature did
+  not move cost nothing more than before.
 
 With more than one process available the derived directories and the keys
 are split in contiguous slices across forked workers, like the listing walk.
@@ -35,7 +40,7 @@ import attrs
 from syncengine import dirtable, forked
 from syncengine import scan as scan_mod
 from syncengine.dirtable import GONE, UNKNOWN, DirTable, DirWalk
-from syncengine.index import SIG, Index
+from syncengine.index import DIR_ABSENT, SIG, Index
 from syncengine.scan import ScanJob, ScanResult, Seen, entered, reported, walk_listing
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -58,6 +63,7 @@ def scan(jobs: Sequence[ScanJob], results: dict[str, ScanResult], workers: int) 
             continue
         res.walk = DirWalk(order=order)
         res.gone = []
+        res.dirs_gone = []
         preps.append((job, order, keys, list(job.records.values())))
     if not preps:
         return
@@ -66,7 +72,7 @@ def scan(jobs: Sequence[ScanJob], results: dict[str, ScanResult], workers: int) 
     def work(share: list[tuple[int, int]]) -> dict[str, ScanResult]:
         part = {}
         for p, w in share:
-            out = ScanResult(walk=DirWalk(), gone=[])
+            out = ScanResult(walk=DirWalk(), gone=[], dirs_gone=[])
             _walk_share(preps[p], w, workers, out)
             part[preps[p][0].name] = out
         return part
@@ -118,6 +124,8 @@ def _check_dirs(job: ScanJob, order: list[str], span: range, rfd: int,
         s, replaced = _dir_sig(job, d, rfd, out)
         if replaced:  # a file or symlink now: the paths under it are never looked up
             out.walk.broken.append(d)
+        if s == GONE:
+            _dir_gone(job, d, out)
         fresh.append(UNKNOWN if s is None else s)
         if s is not None and s != GONE and (s != old[i] or s == UNKNOWN):
             relist.append(d)
@@ -130,11 +138,21 @@ def _check_extras(job: ScanJob, rfd: int, out: ScanResult) -> list[str]:
     relist = []
     for d, old in job.table.extras.items():
         s, _ = _dir_sig(job, d, rfd, out)
+        if s == GONE:
+            _dir_gone(job, d, out)
         if s is None or s == GONE:
             out.walk.listed[d] = UNKNOWN if s is None else s  # tried again, or dropped
         elif s != old or s == UNKNOWN:
             relist.append(d)
     return relist
+
+
+def _dir_gone(job: ScanJob, d: str, out: ScanResult) -> None:
+    """A directory of the table is missing (or not a directory): gone, if recorded present."""
+    rec = job.dirs.get(d)
+    if rec is not None and rec < DIR_ABSENT and d:
+        assert out.dirs_gone is not None
+        out.dirs_gone.append(d)
 
 
 def _dir_sig(job: ScanJob, d: str, rfd: int, out: ScanResult) -> tuple[int | None, bool]:
@@ -199,12 +217,19 @@ def _finish(job: ScanJob, res: ScanResult) -> None:
     (whatever an lstat through the link said), found paths are not gone, and
     special files in directories not listed again are still reported."""
     assert job.table is not None and res.walk is not None and res.gone is not None
+    assert res.dirs_gone is not None
     if res.walk.broken:
         prefixes = tuple(d + "/" for d in res.walk.broken)
         res.changed = [s for s in res.changed if not s.path.startswith(prefixes)]
         res.gone.extend(k for k in job.records if k.startswith(prefixes))
+        res.dirs = [s for s in res.dirs if not s.path.startswith(prefixes)]
+        res.dirs_gone.extend(d for d, rec in job.dirs.items()
+                             if rec < DIR_ABSENT and d.startswith(prefixes))
     found = {s.path for s in res.changed}
     res.gone = [k for k in dict.fromkeys(res.gone) if k not in found]
+    if res.dirs_gone:
+        there = {s.path for s in res.dirs}
+        res.dirs_gone = [d for d in dict.fromkeys(res.dirs_gone) if d not in there]
     listed = res.walk.listed
     for rel in job.table.specials:
         if rel.rpartition("/")[0] not in listed and _still_special(job.root, rel):
@@ -260,9 +285,11 @@ def keep_table(index_path: Path, job: ScanJob, index: Index, result: ScanResult,
         return not reported(job, rel)
 
     if walk is None:  # a pass driven by watcher hints (the daemon)
-        if old is None or old.index_sig == index.file_sig or len(index.records) != old.nkeys:
-            # New paths: let the table go stale rather than derive every directory on
-            # each small pass; the daemon's next full walk lists everything once.
+        if (old is None or old.index_sig == index.file_sig or len(index.records) != old.nkeys
+                or result.dirs):
+            # New paths (or directories recorded: one not in the table would never be
+            # looked at again): let the table go stale rather than derive every directory
+            # on each small pass; the daemon's next full walk lists everything once.
             return
         new = attrs.evolve(old, index_sig=index.file_sig)  # same paths: same order
     elif old is not None:
@@ -286,7 +313,9 @@ def keep_table(index_path: Path, job: ScanJob, index: Index, result: ScanResult,
 def _relist_unrecorded(index: Index, result: ScanResult, walk: DirWalk) -> None:
     """A path the walk found but the pass did not record (its copy failed, the durable
     side stopped the pass, it could not be read) is found again only by listing its
-    directory: mark that directory UNKNOWN.  Indexed paths are lstat-ed every pass."""
+    directory: mark that directory UNKNOWN.  Indexed paths are lstat-ed every pass.
+    A directory the pass did not record (see `plan.SkipDir`) is marked UNKNOWN itself,
+    so it is listed and compared again."""
     records = index.records
     for seen in result.changed:
         raw = records.get(seen.path)
@@ -294,4 +323,7 @@ def _relist_unrecorded(index: Index, result: ScanResult, walk: DirWalk) -> None:
             walk.listed[seen.path.rpartition("/")[0]] = UNKNOWN
     for path, _ in result.errors:
         walk.listed[path.rpartition("/")[0]] = UNKNOWN
+    for d in result.dirs:
+        if index.dirs.get(d.path) != d.mode:
+            walk.listed[d.path] = UNKNOWN
 

@@ -302,7 +302,7 @@ class _Checker:
               ) -> tuple[list[str], int | None]:
         """(problems, bytes read back or None) for one manifest entry."""
         try:
-            if entry.kind == "symlink":
+            if entry.kind in ("symlink", "dir"):
                 return [], None  # recorded in the manifest only: no durable object
             if entry.kind == "segments":
                 return _check_chain(self.store, durable, entry, sample, self.notes)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.events import (
+    DirAttribEvent,
     DirCreatedEvent,
     DirDeletedEvent,
     DirMovedEvent,
@@ -47,8 +48,10 @@ from watchdog.observers.api import BaseObserver
 log = logging.getLogger("syncengine")
 
 HINT_LIMIT = 10_000
+# DirAttribEvent: a chmod of a directory (its mode is recorded in the manifest).
 EVENTS = [FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileAttribEvent,
-          FileDeletedEvent, FileMovedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
+          FileDeletedEvent, FileMovedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent,
+          DirAttribEvent]
 
 
 def _make_observer(on_overflow: Callable[[], None], on_error: Callable[[str], None]

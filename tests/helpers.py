@@ -35,6 +35,19 @@ def files(root: Path) -> dict[str, bytes]:
     return out
 
 
+def dir_modes(root: Path, skip: tuple[str, ...] = ()) -> dict[str, int]:
+    """Relative path -> permission bits of every directory below `root` (links not
+    followed or listed), not entering directories named in `skip`."""
+    out = {}
+    for dirpath, dirnames, _ in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in skip]
+        for name in dirnames:
+            path = Path(dirpath, name)
+            if not path.is_symlink():
+                out[path.relative_to(root).as_posix()] = path.lstat().st_mode & 0o7777
+    return out
+
+
 APPENDER = r"""
 import os, sys, time
 path, first = sys.argv[1], int(sys.argv[2])

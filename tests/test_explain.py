@@ -70,15 +70,15 @@ def test_each_path_has_its_action_and_rule(tree: Tree, cli: CliRunner) -> None:
     assert got == {
         "auth.json": ("publish", "not excluded"),
         "notes.txt": ("publish", "not excluded"),
-        "logs": ("dir", "walked"),
+        "logs": ("dir", "walked; recorded with its mode"),
         "logs/a.jsonl": ("segments", "logs/*.jsonl"),
         "cache": ("exclude", "cache/"),
         "draft.tmp": ("exclude", "*.tmp"),
-        "locks": ("dir", "walked"),
-        "locks/x": ("dir", "walked"),
+        "locks": ("dir", "walked; recorded with its mode"),
+        "locks/x": ("dir", "walked; recorded with its mode"),
         "locks/x/y.lock": ("exclude", "locks/**/*.lock"),
         f"half{TEMP_SUFFIX}": ("internal", f"*{TEMP_SUFFIX}"),
-        "data": ("dir", "walked"),
+        "data": ("dir", "walked; recorded with its mode"),
         "data/main.db": ("snapshot", "data/*.db"),
         "data/main.db-wal": ("companion", "/data/*.db-wal"),
         "other.sqlite": ("unlisted-db", "SQLite header, not in the adapter's sqlite list"),
@@ -94,7 +94,7 @@ def test_text_output_names_the_rule_and_its_file(tree: Tree, cli: CliRunner) -> 
     conf = _layout(tree)
     out = cli("--config", str(conf), "explain", "app", check=0).stdout
     assert f"exclude     draft.tmp  [*.tmp (exclude in config {conf})]" in out
-    assert "dir         logs/  [walked]" in out
+    assert "dir         logs/  [walked; recorded with its mode]" in out
 
 
 def test_published_paths_are_what_a_checkpoint_records(tree: Tree, cli: CliRunner) -> None:
@@ -104,7 +104,7 @@ def test_published_paths_are_what_a_checkpoint_records(tree: Tree, cli: CliRunne
     cli("--config", str(conf), "checkpoint", check=0)
     entries = manifest.load(Store(tree.data / "state/app")).entries
     kinds = {"publish": "file", "segments": "segments", "snapshot": "sqlite",
-             "unlisted-db": "sqlite", "link": "symlink"}
+             "unlisted-db": "sqlite", "link": "symlink", "dir": "dir"}
     expected = {p: kinds[d["action"]] for p, d in decisions.items() if d["action"] in kinds}
     assert {p: e.kind for p, e in entries.items()} == expected
 

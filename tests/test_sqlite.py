@@ -238,10 +238,12 @@ def test_restore_after_losing_the_live_tree_leaves_no_stale_wal(
     import shutil
     shutil.rmtree(tree.local / "app")
     shutil.rmtree(tree.state)
-    cli("--config", cfg, "restore", "app", check=0)
+    out = cli("--config", cfg, "restore", "app", check=0)
     d = tree.local / "app" / "nested" / "a"
     assert sorted(os.listdir(d)) == ["x.sqlite"]
     assert rows(d / "x.sqlite") == 40
+    # the snapshot's bytes count with the file's (once "restored 2 file(s), 5 bytes")
+    assert f"restored 2 file(s), {(d / 'x.sqlite').stat().st_size + 5} bytes" in out.stdout
     assert (tree.local / "app" / "notes.txt").read_text() == "hello"
     # a stale WAL/SHM next to a missing database is moved aside, not kept
     (d / "x.sqlite").unlink()

@@ -12,7 +12,7 @@ from syncengine import forked
 from syncengine.index import DIRTY, Index
 from syncengine.manifest import Entry, decode, encode
 from syncengine.patterns import compile_patterns
-from syncengine.plan import Fetch, KeepLocal, LocalState, plan_restore_entry
+from syncengine.plan import Fetch, KeepLocal, LocalState, MakeDir, plan_restore_entry
 from syncengine.safepath import UnsafePath, check_relpath
 
 
@@ -61,6 +61,45 @@ def test_index_round_trip(records: dict[str, tuple[int, int, int, int, int]]) ->
         assert back.get(p).ctime_ns == DIRTY  # type: ignore[union-attr]
 
 
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.sampled_from(["dir", "absent", "file", "forget"]),
+                          st.sampled_from(["a", "a/b", "c", "c/d/e", "bad\udcff name"]),
+                          st.integers(0, 0o7777)), max_size=40))
+def test_index_directory_records_round_trip(steps: list[tuple[str, str, int]]) -> None:
+    """Directory records survive a save, count their absences, and never share a path
+    with a file's record (a file recorded at a directory's path replaces it)."""
+    idx = Index()
+    for op, path, mode in steps:
+        if op == "dir":
+            assert idx.record_dir(path, mode) == (path not in idx.records)
+        elif op == "absent":
+            idx.mark_absent(path, 1)
+        elif op == "file":
+            idx.record(path, size=1, mtime_ns=1, ctime_ns=1, hash64=1, mode=0o644)
+        else:
+            idx.forget(path)
+        assert not idx.dirs.keys() & idx.records.keys()
+        assert idx.dirs_absent == sum(1 for _, _, n in idx.dir_items() if n)
+    packed = Index.loads(idx.dumps())  # saved again without being unpacked
+    assert packed.dir_count() == len(idx.dirs)
+    back = Index.loads(packed.dumps())
+    assert back.dirs == idx.dirs and back.dirs_absent == idx.dirs_absent
+    assert Index.loads(Index().dumps()).dirs == {}
+
+
+@given(st.integers(0, 0o7777), st.integers(0, 0o7777), st.integers(0, 10**12))
+def test_an_existing_local_directory_keeps_its_mode(local_mode: int, durable_mode: int,
+                                                    mtime: int) -> None:
+    """Invariant 5 for directories: nothing tells which mode is newer, so an existing
+    directory is never changed; only a missing one is made."""
+    entry = Entry("d", "dir", mode=durable_mode)
+    kept = plan_restore_entry(entry, LocalState("dir", 4096, mtime, local_mode), unsafe=None,
+                              known_kinds=frozenset({"dir"}))
+    assert isinstance(kept, KeepLocal)
+    made = plan_restore_entry(entry, None, unsafe=None, known_kinds=frozenset({"dir"}))
+    assert isinstance(made, MakeDir) and made.deferred == (durable_mode & 0o700 != 0o700)
+
+
 def test_corrupt_index_is_treated_as_missing(tmp_path: object) -> None:
     from pathlib import Path
 
@@ -73,7 +112,8 @@ def test_manifest_round_trip_and_truncation_detected() -> None:
     entries = [Entry("a", "file", 3, 5, 0o600, 0xABC),
                Entry("l", "symlink", mtime_ns=9, target="/etc/passwd"),
                Entry("db", "sqlite", 10, 11, 0o644, 1, object="checkpoints/db",
-                     extra={"wal": [1, 2]})]
+                     extra={"wal": [1, 2]}),
+               Entry("empty/dir", "dir", mode=0o700)]
     data = encode("codex", 1, "base", entries, created_ns=1)
     header, back = decode(data)
     assert header["seq"] == 1 and back == entries

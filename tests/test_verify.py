@@ -74,7 +74,7 @@ def test_a_sound_store_verifies(tree: Tree, cli: CliRunner) -> None:
     _add_sqlite_entry(store, "good.db", _good_db(tree.base / "good.db"))
     out = cli("--config", str(conf), "verify", "--sample", "100", check=0)
     assert "verify: OK" in out.stdout
-    assert "8 entries, 8 checked, 8 read back" in out.stdout
+    assert "9 entries, 9 checked, 8 read back" in out.stdout  # logs/ is recorded, not read
 
 
 def test_each_problem_is_named(tree: Tree, cli: CliRunner) -> None:
@@ -131,13 +131,14 @@ def test_resumes_where_it_stopped(tree: Tree, cli: CliRunner, engine: EngineFact
     assert (tree.state / "verify/x.json").exists()
     second = eng.verify(sample=100)
     b = second.adapters[0]
-    assert b.complete and b.resumed_after == "f2.txt" and b.checked == 7
+    # 8 entries: six files, a log, and the directory logs/
+    assert b.complete and b.resumed_after == "f2.txt" and b.checked == 8
     assert [p.path for p in b.problems] == ["f5.txt"]
     assert not (tree.state / "verify/x.json").exists()
     # --restart ignores saved progress; a finished run starts from the beginning anyway
     eng.verify(sample=100, limit=2)
     again = eng.verify(sample=100, restart=True).adapters[0]
-    assert again.resumed_after is None and again.checked == 7
+    assert again.resumed_after is None and again.checked == 8
 
 
 def test_sampling_is_deterministic_per_manifest_seq() -> None:

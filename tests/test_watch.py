@@ -95,9 +95,12 @@ def test_hinted_pass_marks_only_hinted_paths_absent_and_walks_new_dirs(
     (tree.local / "x/gone").rmdir()
     tree.write("x/new/deep/c.txt", "c")
     plan = eng.checkpoint(hints={"x": {"a.txt", "gone", "new"}}, dry_run=True).adapters[0].plan
+    mode = f"{os.stat(tree.local / 'x/new').st_mode & 0o7777:04o}"
     assert sorted(plan) == sorted([
         "upload new/deep/c.txt (new, 1 bytes)", "absent a.txt (durable copy kept)",
-        "absent gone/1.txt (durable copy kept)", "absent gone/2.txt (durable copy kept)"])
+        "absent gone/1.txt (durable copy kept)", "absent gone/2.txt (durable copy kept)",
+        "absent gone/ (directory: its manifest entry is kept until gc)",
+        f"dir new/ (new, mode {mode})", f"dir new/deep/ (new, mode {mode})"])
 
 
 def test_burst_above_the_hint_limit_falls_back_to_a_walk(
