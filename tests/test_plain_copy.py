@@ -93,8 +93,10 @@ def test_the_first_chain_over_an_old_plain_copy_refreshes_it_at_once(
     assert _engine(tree, 1).restore().ok
     _append(tree.local / "x" / LOG, b"2\n", 5)
     plan = _engine(tree, 10).checkpoint(dry_run=True).adapters[0].plan
-    assert plan == (f"segments {LOG} (new chain: not a segment chain yet, 4 bytes; then whole "
-                    "at its plain path: first chain over its plain copy)",)
+    assert set(plan) == {
+        f"segments {LOG} (new chain: not a segment chain yet, 4 bytes; then whole "
+        "at its plain path: first chain over its plain copy)",
+        "dir sessions/ (new, mode 0700)"}  # made by restore for the log, not yet recorded
     assert _engine(tree, 10).checkpoint().ok
     assert _plain(tree).read_bytes() == b"1\n2\n", "not stale until the log goes quiet"
 
