@@ -265,7 +265,8 @@ def check_number(where: str, key: str, value: Any) -> float:
         raise ConfigError(f"{where}: {key} must be {what}, not the {kind} {value!r}{fix}")
     if not (math.isfinite(value) and low <= value <= high):
         raise ConfigError(f"{where}: {key} must be {what}, not {value!r}")
-    return value
+    number: float = value
+    return number
 
 
 def _parses(text: str, whole: bool) -> bool:
