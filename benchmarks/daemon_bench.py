@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen_tree import generate, list_jsonl, mutate, parse_size
 
 from syncengine import Engine, config_from_dict
-from syncengine.watch import Watcher
+from syncengine.daemon.watch import Watcher
 
 
 def timed(fn: object) -> float:

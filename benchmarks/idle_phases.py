@@ -18,10 +18,11 @@ import sys, time
 marks = [("start", time.perf_counter())]
 import syncengine.cli  # noqa: F401  (what `syncengine checkpoint` imports)
 marks.append(("imports", time.perf_counter()))
-from syncengine import checkpoint, missing, tablewalk  # noqa: F401  (what a pass imports)
+from syncengine.checkpoint import execute as checkpoint
+from syncengine.walk import missing, tablewalk  # noqa: F401  (what a pass imports)
 from syncengine.config import load_config
 from syncengine.engine import Engine
-from syncengine.scan import scan
+from syncengine.walk.scan import scan
 marks.append(("lazy imports", time.perf_counter()))
 cfg = load_config(sys.argv[1])
 eng = Engine(cfg)

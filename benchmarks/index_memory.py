@@ -4,7 +4,7 @@
 (or ``.venv/bin/python benchmarks/index_memory.py``) records N synthetic
 entries with realistic relative paths (the mix of ``tree_plan``: Codex
 rollouts under ``sessions/YYYY/MM/DD``, Claude transcripts and subagents,
-opencode parts, ...) into ``syncengine.index.Index`` and reports:
+opencode parts, ...) into ``syncengine.local.index.Index`` and reports:
 
 - retained: what ``tracemalloc`` still holds once the index is built (the
   index's own size, path strings included), and that per entry;
@@ -61,7 +61,7 @@ class Entry(NamedTuple):
 
 def build_index(n: int, seed: int = 1) -> object:
     """Build syncengine's index holding ``n`` synthetic file entries."""
-    from syncengine.index import Index
+    from syncengine.local.index import Index
 
     idx = Index()
     for e in synthetic_entries(n, seed):
@@ -135,7 +135,7 @@ def synthetic_entries(n: int, seed: int = 1) -> Iterator[Entry]:
 
 
 BUILDERS: dict[str, Callable[[int], object]] = {
-    "syncengine.index.Index": build_index,
+    "syncengine.local.index.Index": build_index,
     "dict of tuples (reference)": build_reference,
 }
 
@@ -194,7 +194,7 @@ def _rss_in_fresh_process(name: str, n: int) -> dict[str, float]:
 
 
 def _measure_rss_by_name(name: str, n: int) -> dict[str, float]:
-    importlib.import_module("syncengine.index")  # its import is not the index's size
+    importlib.import_module("syncengine.local.index")  # its import is not the index's size
     return measure_rss(BUILDERS[name], n)
 
 
@@ -205,12 +205,12 @@ def _check_count(built: object, n: int) -> None:
 
 
 def _has_index() -> str:
-    """Empty if ``syncengine.index.Index`` exists, else why not."""
+    """Empty if ``syncengine.local.index.Index`` exists, else why not."""
     try:
-        module = importlib.import_module("syncengine.index")
+        module = importlib.import_module("syncengine.local.index")
     except ImportError as exc:
         return (
-            f"cannot import syncengine.index ({exc}); run from the repository root with "
+            f"cannot import syncengine.local.index ({exc}); run from the repository root with "
             "PYTHONPATH=. or with the virtualenv's python (.venv/bin/python)"
         )
     if not hasattr(module, "Index"):
@@ -228,7 +228,7 @@ def measure_table(n: int) -> dict[str, float]:
     """
     from array import array
 
-    from syncengine import dirtable
+    from syncengine.local import dirtable
 
     idx: Any = build_index(n)
     gc.collect()

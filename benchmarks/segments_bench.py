@@ -30,7 +30,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from syncengine import Engine, config_from_dict, segments
+from syncengine import Engine, config_from_dict
+from syncengine.checkpoint import segments
 
 LINE = b'{"type":"event","payload":"' + b"x" * 226 + b'"}\n'  # 256 bytes
 

@@ -34,7 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from syncengine import sqlite_backup, sqlite_check
+from syncengine import sqlite_check
+from syncengine.checkpoint import sqlite_backup
 
 WRITER = r"""
 import json, sqlite3, sys, time

@@ -79,7 +79,8 @@ if lib == "apsw":
         chk.close()
 elif lib == "syncengine":
     from pathlib import Path
-    from syncengine import sqlite_backup, sqlite_check
+    from syncengine.checkpoint import sqlite_backup
+    from syncengine import sqlite_check
     version = sqlite_check.library_version()["version"]
     opts = sqlite_backup.Options(staging=Path(work) / "staging", quarantine=Path(work) / "q")
     def snap():

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
+    from syncengine.daemon.runner import Runner
     from syncengine.engine import Engine
     from syncengine.errors import (
         ConfigError,
@@ -25,9 +26,8 @@ if TYPE_CHECKING:
         SourceError,
         SyncEngineError,
     )
-    from syncengine.journal import Journal, Prompt
+    from syncengine.ops.journal import Journal, Prompt
     from syncengine.report import AdapterReport, PathError, Report
-    from syncengine.runner import Runner
 
 # Public names, imported on first use (PEP 562): a one-shot `syncengine checkpoint`
 # then never loads the watcher, the journal or the maintenance commands.

@@ -46,7 +46,7 @@ class MigrateStep:
     """One `[[migrate]]` step of an adapter (see README "Migrating from the rsync layout").
 
     Paths keep their ``{durable_root}``, ``{local_root}``, ``{durable}``,
-    ``{live}``, ``{home}`` and ``{from}`` placeholders; `syncengine.migrate`
+    ``{live}``, ``{home}`` and ``{from}`` placeholders; `syncengine.ops.migrate`
     expands them.
     """
 

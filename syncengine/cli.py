@@ -19,8 +19,8 @@ from typing import Any, TextIO
 
 import attrs
 
-from syncengine import savefile
 from syncengine.cliargs import build_parser
+from syncengine.durable.posix import savefile
 from syncengine.engine import Engine
 from syncengine.errors import SyncEngineError
 from syncengine.report import Report
@@ -192,8 +192,8 @@ def _journal(engine: Engine, action: str, session: str) -> int:
     return 0
 
 def _run(engine: Engine, args: argparse.Namespace) -> int:
-    from syncengine.runner import Runner
-    from syncengine.supervisor import Supervisor
+    from syncengine.daemon.runner import Runner
+    from syncengine.daemon.supervisor import Supervisor
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return _run(engine, args)
         if args.command == "explain":
-            from syncengine import explain
+            from syncengine.ops import explain
             return explain.command(engine, args.adapter, args.paths, args.json)
         if args.command == "verify":
             vrep = engine.verify(args.adapters, sample=args.sample, strict=args.strict,

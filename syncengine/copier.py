@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 import attrs
 import xxhash
 
+from syncengine.durable.manifest import Entry
+from syncengine.durable.posix.savefile import Staged
+from syncengine.durable.posix.store import Store
 from syncengine.errors import DurableError, SourceError, durable_error, source_error
-from syncengine.manifest import Entry
-from syncengine.savefile import Staged
-from syncengine.store import Store
 
 CHUNK = 1 << 20
 T = TypeVar("T")

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import attrs
 
-from syncengine import probe, status, writeback
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
+from syncengine.durable.posix import probe, writeback
+from syncengine.durable.posix.store import Store
 from syncengine.errors import (
     ConfigError,
     DurableError,
@@ -29,22 +30,22 @@ from syncengine.errors import (
     local_error,
     side_error,
 )
-from syncengine.index import DIRTY, SIG, Index, file_signature
-from syncengine.lock import StateLock
+from syncengine.local import status
+from syncengine.local.index import DIRTY, SIG, Index, file_signature
+from syncengine.local.lock import StateLock
 from syncengine.notices import Notices
 from syncengine.patterns import Matcher, compile_patterns, database_patterns
 from syncengine.progress import Reporter
 from syncengine.report import AdapterReport, PathError, Report
-from syncengine.store import Store
 
 if TYPE_CHECKING:  # imported where used: `journal record` and `status` need none of them
-    from syncengine import gc as gc_
-    from syncengine import migrate as migrate_
-    from syncengine import sqlite
-    from syncengine import verify as verify_
-    from syncengine.checkpoint import AdapterState
-    from syncengine.journal import Journal
-    from syncengine.scan import ScanJob, Seen
+    from syncengine.checkpoint import sqlite
+    from syncengine.checkpoint.execute import AdapterState
+    from syncengine.ops import gc as gc_
+    from syncengine.ops import migrate as migrate_
+    from syncengine.ops import verify as verify_
+    from syncengine.ops.journal import Journal
+    from syncengine.walk.scan import ScanJob, Seen
 
 log = logging.getLogger("syncengine")
 
@@ -110,7 +111,7 @@ class Engine:
         return status.index_path(self.config.state_dir, name)
 
     def _state(self, spec: AdapterSpec) -> AdapterState:
-        from syncengine.checkpoint import AdapterState, staging_marker
+        from syncengine.checkpoint.execute import AdapterState, staging_marker
 
         index = self._indexes.get(spec.name)
         if index is not None and index.file_sig != file_signature(self._index_path(spec.name)):
@@ -133,7 +134,7 @@ class Engine:
         return state
 
     def _sqlite_options(self) -> sqlite.Options:
-        from syncengine import sqlite
+        from syncengine.checkpoint import sqlite
 
         state_dir = self.config.state_dir
         return sqlite.Options(staging=state_dir / "sqlite-staging",
@@ -144,7 +145,7 @@ class Engine:
         """One adapter's live root, store and loaded index (for gc and migrate)."""
         state = self._state(spec)
         if seed and spec.name in self._unseeded:
-            from syncengine import seed as seeding
+            from syncengine.local import seed as seeding
 
             self._unseeded.discard(spec.name)
             seeding.from_manifest(state)
@@ -199,8 +200,9 @@ class Engine:
 
     def _scan_jobs(self, states: Sequence[AdapterState], started: int) -> list[ScanJob]:
         """One walk job per adapter, with its directory table when it has a valid one."""
-        from syncengine import checkpoint, tablewalk
-        from syncengine.scan import ScanJob
+        from syncengine.checkpoint import execute as checkpoint
+        from syncengine.walk import tablewalk
+        from syncengine.walk.scan import ScanJob
 
         recent = started - checkpoint.GRANULARITY_NS  # directories changed since: list again
         jobs = [ScanJob(s.name, os.fspath(s.live), self._matchers[s.name], s.index.records,
@@ -213,11 +215,13 @@ class Engine:
     def _checkpoint_locked(self, specs: Sequence[AdapterSpec], started: int, dry_run: bool,
                            final: bool, hints: Hints, *, rebuilt: bool = False
                            ) -> list[AdapterReport]:
-        from syncengine import checkpoint, segments, sqlite, tablewalk
-        from syncengine import missing as missing_mod
-        from syncengine import seed as seeding
+        from syncengine.checkpoint import execute as checkpoint
+        from syncengine.checkpoint import segments, sqlite
+        from syncengine.local import seed as seeding
         from syncengine.plan import PUBLISHING, RecordDir, RecordLink, plan_checkpoint
-        from syncengine.scan import scan, scan_paths
+        from syncengine.walk import missing as missing_mod
+        from syncengine.walk import tablewalk
+        from syncengine.walk.scan import scan, scan_paths
 
         states = []
         reports = []
@@ -316,8 +320,8 @@ class Engine:
     def _start_checks(self, states: list[AdapterState], reports: list[AdapterReport], *,
                       force: bool = False) -> list[AdapterState]:
         """The index against the durable side, for each adapter at a start (a new mount
-        instance since its last check, or `force`): see `syncengine.seed`."""
-        from syncengine import seed as seeding
+        instance since its last check, or `force`): see `syncengine.local.seed`."""
+        from syncengine.local import seed as seeding
 
         now = probe.instance(self.config.durable_root)
         kept, healthy = [], False
@@ -341,7 +345,7 @@ class Engine:
         return kept
 
     def _remember_checked(self, name: str) -> None:
-        from syncengine import seed as seeding
+        from syncengine.local import seed as seeding
 
         now = probe.instance(self.config.durable_root)
         seeding.remember(self.config.state_dir, name, now, self.clock())
@@ -350,7 +354,7 @@ class Engine:
 
     def check_durable(self, adapters: Sequence[str] | None = None) -> None:
         """Compare each adapter's durable side with its index now, whatever was checked
-        before (the `Runner` at start; see `syncengine.seed`)."""
+        before (the `Runner` at start; see `syncengine.local.seed`)."""
         with StateLock(self.config.state_dir, wait=True):
             reports: list[AdapterReport] = []
             states = []
@@ -372,7 +376,8 @@ class Engine:
     def _plain_phase(self, rep: AdapterReport, started: int, dry_run: bool) -> AdapterReport:
         """After a final checkpoint: publish each log whose plain copy is behind its chain
         whole at its plain path (segments.py), as a pass of its own."""
-        from syncengine import checkpoint, segments
+        from syncengine.checkpoint import execute as checkpoint
+        from syncengine.checkpoint import segments
         from syncengine.plan import PlainCopy
 
         spec = self.config.adapter(rep.name)
@@ -415,7 +420,9 @@ class Engine:
         return report
 
     def _restore_one(self, spec: AdapterSpec, dry_run: bool) -> AdapterReport:
-        from syncengine import restore  # not needed by a checkpoint: imported when used
+        from syncengine.restore import (
+            execute as restore,  # not needed by a checkpoint: imported when used
+        )
 
         t0 = time.monotonic()
         try:
@@ -493,40 +500,40 @@ class Engine:
 
     def export(self, path: str, out: BinaryIO, *, adapter: str | None = None) -> int:
         """Write the durable copy of one live path (a log rebuilt from its segments) to `out`
-        (see `syncengine.export`); returns the bytes written."""
-        from syncengine import export
+        (see `syncengine.ops.export`); returns the bytes written."""
+        from syncengine.ops import export
 
         return export.export(self.config, path, out, adapter=adapter)
 
     def verify(self, adapters: Sequence[str] | None = None, *, sample: float = 10.0,
                strict: bool = False, restart: bool = False, limit: int | None = None
                ) -> verify_.VerifyReport:
-        from syncengine import verify as verify_
+        from syncengine.ops import verify as verify_
 
-        """Check the durable side against the manifest (see `syncengine.verify`)."""
+        """Check the durable side against the manifest (see `syncengine.ops.verify`)."""
         self._check_durable_root()
         stores = {s.name: Store(s.durable) for s in self.config.select(adapters)}
         return verify_.verify(stores, self.config.state_dir, sample=sample, strict=strict,
                               restart=restart, limit=limit, progress=self.progress)
 
     def gc(self, adapters: Sequence[str] | None = None, *, apply: bool = False) -> gc_.GcReport:
-        from syncengine import gc as gc_
+        from syncengine.ops import gc as gc_
 
-        """Plan (and with `apply`, carry out) garbage collection (see `syncengine.gc`)."""
+        """Plan (and with `apply`, carry out) garbage collection (see `syncengine.ops.gc`)."""
         self.check_local_root()
         self._check_durable_root()
         return gc_.run(self, self.config.select(adapters), apply=apply)
 
     def migrate(self, *, dry_run: bool = False) -> migrate_.MigrateReport:
-        from syncengine import migrate as migrate_
+        from syncengine.ops import migrate as migrate_
 
-        """Move a deployment from the old rsync layout (see `syncengine.migrate`)."""
+        """Move a deployment from the old rsync layout (see `syncengine.ops.migrate`)."""
         self._check_durable_root()
         return migrate_.run(self, dry_run=dry_run)
 
     def journal(self) -> Journal:
         """The input journal (`journal_dir`, default ``<durable_root>/journal``)."""
-        from syncengine.journal import Journal
+        from syncengine.ops.journal import Journal
 
         root = self.config.journal_dir or self.config.durable_root / "journal"
         return Journal(self.writable_store(root), self.config.state_dir, clock=self.clock)

@@ -19,11 +19,11 @@ from typing import Protocol
 
 import attrs
 
-from syncengine.index import Index
-from syncengine.manifest import Entry
+from syncengine.checkpoint.segments import MAX_SEGMENTS
+from syncengine.durable.manifest import Entry
+from syncengine.local.index import Index
 from syncengine.patterns import Matcher
-from syncengine.scan import ScanResult, Seen
-from syncengine.segments import MAX_SEGMENTS
+from syncengine.walk.scan import ScanResult, Seen
 
 
 class Sniffer(Protocol):

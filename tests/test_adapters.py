@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncengine import explain
+from syncengine.ops import explain
 from tests.conftest import EngineFactory, Tree
 
 UUID = "5ead71be-8917-4c86-9b4f-d0b425846dbc"

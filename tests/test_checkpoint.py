@@ -194,7 +194,7 @@ def test_checkpoint_killed_mid_copy_keeps_old_copy_and_next_run_completes(
 def test_vanishing_file_is_not_an_error(tree: Tree, engine: EngineFactory) -> None:
     tree.write(f"{CODEX}/a.json", "a")
     eng = engine({"adapters": ["codex"]})
-    from syncengine import checkpoint as cp
+    from syncengine.checkpoint import execute as cp
     from syncengine.plan import Upload
 
     state = eng._state(eng.config.adapter("codex"))
@@ -274,8 +274,8 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tree: Tree, cli: CliRunner) 
 def test_long_lived_engine_continues_after_a_checkpoint_by_another_process(
         tree: Tree, cli: CliRunner, engine: EngineFactory) -> None:
     """A daemon's cached index must not reuse a manifest name another process wrote."""
-    from syncengine.manifest import load
-    from syncengine.store import Store
+    from syncengine.durable.manifest import load
+    from syncengine.durable.posix.store import Store
 
     eng = engine({"adapters": ["codex"]})
     tree.write(f"{CODEX}/a.json", "a")
@@ -292,7 +292,7 @@ def test_long_lived_engine_continues_after_a_checkpoint_by_another_process(
 def test_version_published_by_an_interrupted_run_is_not_trusted_away(
         tree: Tree, engine: EngineFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by the crash matrix: renamed into place, never recorded, then changed back."""
-    from syncengine import manifest
+    from syncengine.durable import manifest
     from syncengine.errors import DurableError
 
     old = time.time_ns() - 10 * 10**9

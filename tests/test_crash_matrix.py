@@ -18,7 +18,7 @@ One batch kills the FUSE daemon itself instead (pending writes are lost, the
 child gets ENOTCONN) and remounts the same bucket afterwards.  The counts of
 kill points and failures are printed and written to crash-matrix.json in the
 test's tmp dir; with SYNCENGINE_RECORD_RESULTS=1 they are also appended to
-benchmarks/RESULTS.md.  If syncengine/sqlite.py exists (the SQLite work), a
+benchmarks/RESULTS.md.  If syncengine/checkpoint/sqlite.py exists (the SQLite work), a
 live database is part of the tree and every restored copy must pass
 ``PRAGMA quick_check``.
 """
@@ -42,8 +42,9 @@ from typing import Any
 import pytest
 import xxhash
 
-from syncengine import Engine, config_from_dict, manifest
-from syncengine.store import Store
+from syncengine import Engine, config_from_dict
+from syncengine.durable import manifest
+from syncengine.durable.posix.store import Store
 from tests.bucket_mount import BucketMount, fuse_available
 from tests.conftest import REPO
 
@@ -361,7 +362,7 @@ def _record(result: dict[str, Any]) -> None:
     section = (
         f"\n## Crash matrix\n\n`SYNCENGINE_RECORD_RESULTS=1 python -m pytest -q -s "
         f"tests/test_crash_matrix.py` ({time.strftime('%Y-%m-%d')}, {result['seconds']} s, "
-        f"SQLite in the tree: {'yes' if result['sqlite'] else 'no (syncengine/sqlite.py absent)'}"
+        f"SQLite in the tree: {'yes' if result['sqlite'] else 'no (checkpoint/sqlite.py absent)'}"
         f")\n\n| batch | kill points | failures |\n|---|---|---|\n{rows}\n"
         f"| **total** | **{result['kill_points']}** | **{result['failures']}** |\n\n"
         f"{result['finished_before_kill']} of the checkpoints had already finished when the "

@@ -392,7 +392,7 @@ def test_a_rollback_to_the_old_script_and_back_loses_nothing(dep: Deployment) ->
 
 
 def _manifest_paths(durable: Path) -> set[str]:
-    from syncengine import manifest
-    from syncengine.store import Store
+    from syncengine.durable import manifest
+    from syncengine.durable.posix.store import Store
 
     return set(manifest.load(Store(durable)).entries)

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from syncengine import Engine, Runner, manifest
-from syncengine.index import Index
-from syncengine.store import MANIFEST_DIR, Store
+from syncengine import Engine, Runner
+from syncengine.durable import manifest
+from syncengine.durable.posix.store import MANIFEST_DIR, Store
+from syncengine.local.index import Index
 from tests.conftest import CliRunner, EngineFactory, Tree
 from tests.helpers import dir_modes
 

@@ -13,9 +13,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from syncengine import manifest
-from syncengine.savefile import TEMP_SUFFIX
-from syncengine.store import Store
+from syncengine.durable import manifest
+from syncengine.durable.posix.savefile import TEMP_SUFFIX
+from syncengine.durable.posix.store import Store
 from tests.conftest import CliRunner, Tree
 
 CONFIG = """\

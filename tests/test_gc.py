@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from syncengine import ConfigError, Engine, config_from_dict, gc, manifest
-from syncengine.checkpoint import write_base
-from syncengine.index import Index
-from syncengine.store import Store
+from syncengine import ConfigError, Engine, config_from_dict
+from syncengine.checkpoint.execute import write_base
+from syncengine.durable import manifest
+from syncengine.durable.posix.store import Store
+from syncengine.local.index import Index
+from syncengine.ops import gc
 from tests.conftest import CliRunner, Tree
 from tests.helpers import files
 

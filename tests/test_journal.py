@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from syncengine import Journal
-from syncengine.journal import session_dir
+from syncengine.ops.journal import session_dir
 from tests.conftest import CliRunner, EngineFactory, Tree
 
 ODD = ["../x", "a/b", "..", ".", "séance 🚀", "x" * 1000, "-rf", "%2E", "\x01\x7f", "a\\b"]

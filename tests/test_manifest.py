@@ -1,7 +1,7 @@
 """Manifest objects that cannot be read: when a restore is still complete, and when not.
 
 Objects are damaged in the bucket (`tree.backing`), never through the mount.
-The rules (syncengine/manifest.py): an unreadable object loses what it
+The rules (syncengine/durable/manifest.py): an unreadable object loses what it
 recorded unless a readable newer base supersedes it; only a torn newest
 object written under its final name (a mount without rename, a killed
 writer) is a checkpoint that never completed.
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from syncengine import manifest
-from syncengine.checkpoint import staging_marker
-from syncengine.store import Store
+from syncengine.checkpoint.execute import staging_marker
+from syncengine.durable import manifest
+from syncengine.durable.posix.store import Store
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, Tree
 

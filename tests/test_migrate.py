@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from syncengine import ConfigError, config_from_dict, manifest
-from syncengine.openfiles import OPEN_DIR
-from syncengine.store import Store
+from syncengine import ConfigError, config_from_dict
+from syncengine.durable import manifest
+from syncengine.durable.posix.store import Store
+from syncengine.restore.openfiles import OPEN_DIR
 from tests.conftest import CliRunner, Tree
 from tests.helpers import files, snapshot, start_appender
 

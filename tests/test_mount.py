@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from syncengine import manifest
-from syncengine.probe import Capabilities, is_mountpoint, probe
+from syncengine.durable import manifest
+from syncengine.durable.posix.probe import Capabilities, is_mountpoint, probe
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, EngineFactory, Tree
 from tests.helpers import files
@@ -96,7 +96,7 @@ def test_base_manifest_keeps_objects_after_the_index_is_lost(
     tree.write("codex-home/s/new.jsonl", "new\n")
     report = engine(raw, DATA_DIR=str(mount.mountpoint)).checkpoint()
     assert report.ok and report.files == 1
-    from syncengine.store import Store
+    from syncengine.durable.posix.store import Store
 
     state = manifest.load(Store(mount.mountpoint / DUR))
     assert state.base_seq == 2

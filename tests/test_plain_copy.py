@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from syncengine import Engine, chain, config_from_dict, manifest
-from syncengine.store import Store
+from syncengine import Engine, config_from_dict
+from syncengine.durable import chain, manifest
+from syncengine.durable.posix.store import Store
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, Tree
 

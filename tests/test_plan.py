@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from syncengine import Engine, config_from_dict
-from syncengine.chain import SEG_DIR
+from syncengine.durable.chain import SEG_DIR
 from tests.conftest import Tree
 
 RAW = {"adapters": [], "adapter": [{"name": "x", "live": "x", "durable": "state/x",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from syncengine.probe import probe
+from syncengine.durable.posix.probe import probe
 from tests.conftest import REPO
 from tests.helpers import files
 from tests.rclone_mount import MODES, RcloneMount

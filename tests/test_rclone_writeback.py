@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from syncengine.probe import probe
+from syncengine.durable.posix.probe import probe
 from tests.helpers import files
 from tests.rclone_mount import RcloneMount
 from tests.test_rclone import Deployment

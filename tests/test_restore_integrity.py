@@ -24,9 +24,10 @@ import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from syncengine import Engine, config_from_dict, restore
-from syncengine.checkpoint import staging_marker
-from syncengine.manifest import format_hash
+from syncengine import Engine, config_from_dict
+from syncengine.checkpoint.execute import staging_marker
+from syncengine.durable.manifest import format_hash
+from syncengine.restore import execute as restore
 from tests.conftest import CliRunner, Tree
 from tests.helpers import snapshot
 

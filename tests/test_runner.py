@@ -9,7 +9,7 @@ import pytest
 
 from syncengine import Incomplete, Runner
 from syncengine.errors import LockBusy
-from syncengine.lock import StateLock
+from syncengine.local.lock import StateLock
 from tests.conftest import CliRunner, EngineFactory, Tree
 
 RAW = {"adapters": [], "adapter": [{"name": "x", "live": "x", "durable": "state/x"}]}

@@ -16,10 +16,12 @@ from typing import Any
 import attrs
 import pytest
 
-from syncengine import Engine, chain, manifest, segments
+from syncengine import Engine
+from syncengine.checkpoint import segments
+from syncengine.durable import chain, manifest
+from syncengine.durable.manifest import load
+from syncengine.durable.posix.store import MANIFEST_DIR, Store
 from syncengine.errors import SourceError
-from syncengine.manifest import load
-from syncengine.store import MANIFEST_DIR, Store
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, EngineFactory, Tree
 

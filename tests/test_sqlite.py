@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from syncengine import manifest
-from syncengine.store import Store
+from syncengine.durable import manifest
+from syncengine.durable.posix.store import Store
 from tests.conftest import CliRunner, Tree
 
 WRITER = r"""

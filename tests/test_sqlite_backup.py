@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from syncengine import sqlite_backup
+from syncengine.checkpoint import sqlite_backup
 from tests.conftest import CliRunner, EngineFactory, Tree
 from tests.helpers import Child, query_snapshot
 from tests.test_sqlite import make_db

@@ -22,11 +22,13 @@ from typing import Any
 import attrs
 import pytest
 
-from syncengine import Engine, manifest, tablewalk
-from syncengine.index import Index
-from syncengine.missing import find_missing, missing_among, missing_dirs
-from syncengine.scan import ScanResult, scan
-from syncengine.store import Store
+from syncengine import Engine
+from syncengine.durable import manifest
+from syncengine.durable.posix.store import Store
+from syncengine.local.index import Index
+from syncengine.walk import tablewalk
+from syncengine.walk.missing import find_missing, missing_among, missing_dirs
+from syncengine.walk.scan import ScanResult, scan
 from tests.conftest import EngineFactory, Tree
 from tests.helpers import dir_modes, files
 

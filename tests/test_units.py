@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from syncengine import forked
-from syncengine.index import DIRTY, Index
-from syncengine.manifest import Entry, decode, encode
+from syncengine.durable.manifest import Entry, decode, encode
+from syncengine.durable.posix.safepath import UnsafePath, check_relpath
+from syncengine.local.index import DIRTY, Index
 from syncengine.patterns import compile_patterns
 from syncengine.plan import Fetch, KeepLocal, LocalState, MakeDir, plan_restore_entry
-from syncengine.safepath import UnsafePath, check_relpath
+from syncengine.walk import forked
 
 
 @pytest.mark.parametrize(("path", "is_dir", "excluded"), [
@@ -145,7 +145,7 @@ def test_scan_split_follows_the_index_so_one_deep_subtree_cannot_starve_a_worker
     """The frontier is split where the index says the files are, then bin-packed."""
     from pathlib import Path
 
-    from syncengine.scan import ScanJob, ScanResult, _balance, _pack, walk_listing
+    from syncengine.walk.scan import ScanJob, ScanResult, _balance, _pack, walk_listing
 
     root = Path(str(tmp_path))
     for i in range(3):  # three small siblings ...
@@ -187,7 +187,7 @@ def test_forked_restore_redoes_the_share_of_a_child_killed_mid_way() -> None:
     itself, so every action still gets exactly one outcome, in order."""
     import signal
 
-    from syncengine import restore
+    from syncengine.restore import execute as restore
 
     parent = os.getpid()
     actions = [Fetch(Entry(f"d/f{i}", size=10), "missing") for i in range(6)]

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from syncengine import Engine, config_from_dict, manifest
-from syncengine.checkpoint import staging_marker
-from syncengine.manifest import Entry
-from syncengine.store import Store
-from syncengine.verify import sampled
+from syncengine import Engine, config_from_dict
+from syncengine.checkpoint.execute import staging_marker
+from syncengine.durable import manifest
+from syncengine.durable.manifest import Entry
+from syncengine.durable.posix.store import Store
+from syncengine.ops.verify import sampled
 from tests.conftest import CliRunner, EngineFactory, Tree
 
 CONFIG = """adapters = []

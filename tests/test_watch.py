@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from syncengine import watch
-from syncengine.index import Index
-from syncengine.watch import Watcher
+from syncengine.daemon import watch
+from syncengine.daemon.watch import Watcher
+from syncengine.local.index import Index
 from tests.conftest import EngineFactory, Tree
 
 RAW = {"adapters": [], "adapter": [{"name": "x", "live": "x", "durable": "state/x"}]}

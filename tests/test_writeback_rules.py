@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from syncengine.config import config_from_dict
+from syncengine.durable.posix.fuseserver import Server
+from syncengine.durable.posix.probe import MountInfo
+from syncengine.durable.posix.writeback import RcloneControl, _duration, detect
 from syncengine.errors import ConfigError
-from syncengine.fuseserver import Server
-from syncengine.probe import MountInfo
-from syncengine.writeback import RcloneControl, _duration, detect
 
 
 def judged(fstype: str, *argv: str) -> tuple[bool, float | None, str | None, str]:

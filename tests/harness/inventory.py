@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 from syncengine.config import load_config
-from syncengine.manifest import load as load_manifest
-from syncengine.store import Store
+from syncengine.durable.manifest import load as load_manifest
+from syncengine.durable.posix.store import Store
 from tests.harness.lab import Lab, Life, Node, tree
 
 # explain's action -> the manifest entry kind it must produce

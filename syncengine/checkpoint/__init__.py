@@ -1,0 +1,1 @@
+"""Doing a checkpoint: the executor, SQLite snapshots and append-only segments."""

@@ -1,0 +1,332 @@
+"""Append-only logs (agent transcripts) stored as immutable complete-line segments.
+
+Owns publishing a log and its chain state in the index.  A log at live path
+P is a *chain*: a base object (the whole file at some point, maybe empty)
+followed by numbered segments, each holding the bytes [start, end) of the
+file and ending at a newline, each named after its place in the chain and
+its own hash (names, and reading a chain back: chain.py).  Objects are
+closed once and never rewritten.
+
+A checkpoint reads the live file from the start to check that the published
+prefix is unchanged (same inode, not shorter, same hash), then publishes the
+complete lines after it as one new segment; a trailing partial line waits,
+except in a final checkpoint.  The new bytes are read twice (hashed, then
+copied and compared), and the prefix is hashed again after them unless the
+file's stat proves that nothing was written meanwhile: a beginning
+overwritten in place while the segment was copied would otherwise pair the
+old published beginning with bytes the new one came with, and a restore
+before the next pass would bring back a file that never existed.  Such a
+copy is discarded before it is closed (`Changed`); the next pass sees the
+rewrite and starts a new chain.  Such an append needs no manifest object: the
+segment's name places it (checkpoint.py decides when a manifest object is
+written, and then records the chain).  Anything but a pure append starts a
+new chain with a fresh base, as does compaction (a chain longer than
+`MAX_SEGMENTS`, or idle for `IDLE_NS` with more than one object); a new
+chain is always recorded in the manifest.  Superseded chains stay for ``gc``.
+
+The log's *plain copy*: so that anything reading the bucket directly (a
+person, another tool, the old rsync script after a rollback) finds each
+transcript whole at its plain durable path, the chain's whole content is
+also published there, as one closed object renamed into place, when the log
+has been quiet for ``plain_after`` seconds (`plain_wanted`), at compaction,
+when its first chain replaces a plain copy (the path was a whole file), and
+after a final checkpoint (in a phase of its own, once every log's new bytes
+are durable and recorded: the engine runs it).  What the plain path holds is
+recorded as `PLAIN` in the chain state (and so in the manifest): an idle log
+whose plain copy is current costs nothing.  Restore reads the plain copy only
+where it extends the chain (chain.py); on a mount without rename it is not
+written (it could only be a unique object under ``objects/``, which nothing
+reads).
+
+The index keeps, beside ``chain`` and ``lens``, local-only state under
+`LOCAL`: the inode, and ``recorded``, how many objects of the chain the
+manifest lists (`unrecorded` names the logs it is behind for).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import xxhash
+
+from syncengine.copier import Changed, Copied, _close, hash_file, open_source, stream, unwritten
+from syncengine.durable.chain import LOCAL, PLAIN, SEG_DIR, chain_dir, object_name
+from syncengine.durable.manifest import Entry
+from syncengine.durable.posix.store import Store
+from syncengine.errors import SourceError
+from syncengine.local.index import DIRTY, Index
+
+log = logging.getLogger("syncengine")
+MAX_SEGMENTS = 256  # objects in a chain before it is compacted into a new base
+IDLE_NS = 300 * 10**9  # a log unchanged this long with >1 object is compacted
+_TAIL_SCAN = 1 << 16
+
+
+class Waiting(Exception):
+    """Nothing publishable yet (no complete line in a new file, or it moved under us)."""
+
+
+@attrs.frozen
+class Logged(Copied):
+    """What one log checkpoint did; `extra` is the chain state for index and manifest."""
+
+    extra: dict[str, Any] = attrs.field(factory=dict)
+    written: int = 0  # bytes written to the durable side
+    why: str = ""  # "append", or why a new chain started ("plain": only the plain copy)
+    plain_written: bool = False  # the whole log was published at its plain path
+
+    @property
+    def appended(self) -> bool:
+        """One more segment on a chain already recorded: needs no manifest object."""
+        return self.published and self.why == "append"
+
+
+def manifest_extra(extra: dict[str, Any]) -> dict[str, Any]:
+    """The part of the index's chain state that the manifest carries."""
+    return {k: v for k, v in extra.items() if k != LOCAL}
+
+
+def _sig(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _last_newline_end(fd: int, start: int, size: int) -> int:
+    """Offset just past the last b"\\n" in [start, size), or `start` if there is none."""
+    pos = size
+    while pos > start:
+        n = min(_TAIL_SCAN, pos - start)
+        data = os.pread(fd, n, pos - n)
+        if len(data) < n:
+            raise Waiting("shrank while reading")
+        i = data.rfind(b"\n")
+        if i >= 0:
+            return pos - n + i + 1
+        pos -= n
+    return start
+
+
+def publish(store: Store, live_root: str, relpath: str, index: Index, *, final: bool,
+            compact: bool, recent_ns: int | None = None, plain: bool = False) -> Logged:
+    """Checkpoint one log: a new segment, a new chain, or nothing (see module doc); with
+    `plain`, then its whole content at its plain path unless that is current.
+
+    `recent_ns`: the time after which a write may share a timestamp tick with
+    this pass (`copier.unwritten`).  Raises `Changed` when the published prefix
+    was rewritten in place while the new segment was copied.
+    """
+    src = f"{live_root}/{relpath}"
+    fd, st = open_source(src)
+    try:
+        logged = _publish(store, fd, st, src, relpath, index, final=final, compact=compact,
+                          recent_ns=recent_ns)
+        if plain and not plain_current(logged.extra, logged.hash64):
+            try:
+                logged = _publish_plain(store, fd, st, src, relpath, logged)
+            except Waiting as exc:  # the chain's part stands; the plain copy waits
+                log.debug("segments.plain-waiting path=%s (%s)", relpath, exc)
+        return logged
+    except OSError as exc:
+        raise SourceError(relpath, "read", exc.strerror or str(exc)) from exc
+    finally:
+        os.close(fd)
+
+
+def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, index: Index,
+             *, final: bool, compact: bool, recent_ns: int | None) -> Logged:
+    rec = index.get(relpath)
+    old = index.extras.get(relpath, {}) if rec is not None and rec.kind == "segments" else {}
+    lens: list[int] = list(old.get("lens", ()))
+    chain = str(old.get("chain", ""))
+    local = _local(old)
+    covered = sum(lens)
+    h = xxhash.xxh3_64()
+    why = ""
+    if not lens or not chain or rec is None:
+        why = "new chain"
+    elif local.get("ino") not in (None, st.st_ino):
+        why = "replaced"
+    elif st.st_size < covered:
+        why = "shrank"
+    else:
+        os.lseek(fd, 0, os.SEEK_SET)
+        n, digest = stream(fd, covered, None, src_name=src, hasher=h)
+        if n != covered:
+            why = "shrank"
+        elif digest != rec.hash64:
+            why = "rewritten"
+    if not why and (len(lens) >= MAX_SEGMENTS or (compact and len(lens) > 1)):
+        why = "compact"
+    start = 0 if why else covered
+    cut = st.st_size if final else _last_newline_end(fd, start, st.st_size)
+    recorded = int(local.get("recorded", len(lens)))
+    if why:
+        if cut == 0 and st.st_size > 0:
+            raise Waiting("no complete line yet")
+        number = int(chain.split("-")[0]) + 1 if chain[:1].isdigit() else 1
+        chain = f"{number:06d}-{os.urandom(4).hex()}"
+        lens = []
+        recorded = 0  # until the manifest object of this pass names the new chain
+        h = xxhash.xxh3_64()
+    elif cut == covered:  # nothing new (a partial line may be waiting)
+        extra = {**old, LOCAL: {**local, "ino": st.st_ino}}
+        return Logged(False, covered, rec.hash64 if rec else 0, st.st_mode, st.st_mtime_ns,
+                      _sig(st), raced=False, extra=extra)
+    # The name carries the object's hash, and a mount without rename writes the object
+    # under its final name: hash the new bytes first, then copy them and compare.
+    own = xxhash.xxh3_64()
+    os.lseek(fd, start, os.SEEK_SET)
+    n, digest = stream(fd, cut - start, own.update, src_name=src, hasher=h)
+    if n != cut - start:
+        raise Waiting("shrank while reading")
+    name = object_name(relpath, chain, len(lens), start, cut, own.intdigest(), st.st_mtime_ns)
+    os.lseek(fd, start, os.SEEK_SET)
+    with store.staged(st.st_mode, name, unique=True) as tmp:
+        n, again = stream(fd, cut - start, tmp.write, src_name=src,
+                          dst_name=f"{store.root}/{name}")
+        if n != cut - start or again != own.intdigest():
+            raise Waiting("changed while reading")
+        if (not why and rec is not None and not unwritten(st, os.fstat(fd), recent_ns)
+                and hash_file(fd, covered, name=src) != rec.hash64):
+            raise Changed(relpath, "its published beginning was rewritten in place while "
+                          "the new segment was copied")
+        _close(tmp, st, store, name)
+        store.publish(tmp, name)
+    after = os.fstat(fd)
+    lens.append(cut - start)
+    extra = {"chain": chain, "lens": lens, LOCAL: {"ino": st.st_ino, "recorded": recorded},
+             **({PLAIN: old[PLAIN]} if PLAIN in old else {})}
+    return Logged(True, cut, digest, st.st_mode, st.st_mtime_ns, _sig(st),
+                  raced=_sig(after) != _sig(st) or after.st_ino != st.st_ino, extra=extra,
+                  written=cut - start, why=why or "append")
+
+
+def _publish_plain(store: Store, fd: int, st: os.stat_result, src: str, relpath: str,
+                   logged: Logged) -> Logged:
+    """Publish the chain's content (`logged`: bytes [0, size) with their hash) whole at the
+    plain path; the bytes are read again and must hash the same, else Waiting."""
+    size = sum(logged.extra.get("lens", ()))
+    state = {"size": size, "hash": f"{logged.hash64:016x}"}
+    if store.writes_in_place():  # no rename: it would be a unique object nothing reads
+        return attrs.evolve(logged, extra={**logged.extra, PLAIN: {**state, "skipped": True}})
+    os.lseek(fd, 0, os.SEEK_SET)
+    with store.staged(st.st_mode, relpath) as tmp:
+        n, digest = stream(fd, size, tmp.write, src_name=src, dst_name=f"{store.root}/{relpath}")
+        if n != size or digest != logged.hash64:
+            raise Waiting("changed while its plain copy was read")
+        _close(tmp, st, store, relpath)
+        store.publish(tmp, relpath)
+    return attrs.evolve(logged, published=True, extra={**logged.extra, PLAIN: state},
+                        written=logged.written + size, plain_written=True,
+                        why=logged.why if logged.published else "plain")
+
+
+def plain_current(extra: dict[str, Any], hash64: int) -> bool:
+    """Whether the plain path holds the chain's whole content (or needs none)."""
+    state = extra.get(PLAIN)
+    return (isinstance(state, dict) and state.get("size") == sum(extra.get("lens", ()))
+            and state.get("hash") == f"{hash64:016x}")
+
+
+def plain_wanted(index: Index, now_ns: int, quiet_ns: int, *, final: bool = False
+                 ) -> frozenset[str]:
+    """Logs whose plain copy is behind their chain and that have been quiet for
+    `quiet_ns` (with `final`: every such log, writers having stopped)."""
+    out = set()
+    for path, extra in index.extras.items():
+        rec = index.get(path)
+        if (rec is None or rec.kind != "segments" or rec.absent or not extra.get("lens")
+                or plain_current(extra, rec.hash64)):
+            continue
+        if final or rec.mtime_ns < now_ns - quiet_ns:
+            out.add(path)
+    return frozenset(out)
+
+
+def _local(extra: dict[str, Any]) -> dict[str, Any]:
+    local = extra.get(LOCAL)
+    return local if isinstance(local, dict) else {}
+
+
+def idle_chains(index: Index, now_ns: int) -> frozenset[str]:
+    """Logs with more than one object whose file has not changed for `IDLE_NS`."""
+    out = set()
+    for path, extra in index.extras.items():
+        if len(extra.get("lens", ())) > 1:
+            rec = index.get(path)
+            if (rec is not None and rec.kind == "segments" and not rec.absent
+                    and rec.mtime_ns < now_ns - IDLE_NS):
+                out.add(path)
+    return frozenset(out)
+
+
+def complete_lines_end(fd: int, size: int) -> int:
+    """Length of the complete lines among the first `size` bytes of an open file."""
+    return _last_newline_end(fd, 0, size)
+
+
+def seed(index: Index, entry: Entry, *, ino: int | None = None, size: int | None = None,
+         mtime_ns: int | None = None, ctime_ns: int = DIRTY) -> None:
+    """Record a durable chain in the index (after a restore, or for a kept local file).
+
+    A chain resolved by restore (`chain.Chain.as_entry`) says how many of its
+    objects the manifest records; a manifest entry records them all.
+    """
+    extra = manifest_extra(dict(entry.extra))
+    recorded = _local(dict(entry.extra)).get("recorded")
+    if not isinstance(recorded, int):
+        recorded = len(extra.get("lens", ()))
+    if size is not None and size > sum(extra.get("lens", ())):
+        ctime_ns = DIRTY  # bytes the chain lacks (from its plain copy): the next pass looks
+    index.record(entry.path, size=entry.size if size is None else size,
+                 mtime_ns=entry.mtime_ns if mtime_ns is None else mtime_ns, ctime_ns=ctime_ns,
+                 hash64=entry.hash or 0, mode=entry.mode, kind="segments",
+                 extra={**extra, LOCAL: {"ino": ino, "recorded": recorded}})
+
+
+def seed_kept(index: Index, entry: Entry) -> None:
+    """Seed a log whose local copy restore kept, unless the index holds its chain already.
+
+    After a hot restart the index is usually ahead of the manifest (appends
+    are recorded by their segments' names): it stays, so the next checkpoint
+    appends to the same chain instead of publishing those bytes again.
+    """
+    rec = index.get(entry.path)
+    have = index.extras.get(entry.path, {})
+    lens = entry.extra.get("lens")
+    if (rec is not None and rec.kind == "segments" and isinstance(lens, list)
+            and have.get("chain") == entry.extra.get("chain")
+            and list(have.get("lens", ()))[:len(lens)] == lens):
+        return
+    seed(index, entry)
+
+
+def unrecorded(index: Index) -> list[str]:
+    """Logs whose chain has objects that no manifest object lists yet."""
+    out = []
+    for path, extra in index.extras.items():
+        local = _local(extra)
+        if "recorded" in local and len(extra.get("lens", ())) > local["recorded"]:
+            out.append(path)
+    return sorted(out)
+
+
+def mark_recorded(index: Index, entries: Iterable[Entry]) -> None:
+    """A manifest object now lists these entries: their chains are recorded that far."""
+    for e in entries:
+        extra = index.extras.get(e.path)
+        if e.kind != "segments" or not extra or extra.get("chain") != e.extra.get("chain"):
+            continue
+        local = _local(extra)
+        n = len(e.extra.get("lens", ()))
+        if local.get("recorded") != n:
+            index.extras[e.path] = {**extra, LOCAL: {**local, "recorded": n}}
+            index.changed = True
+
+
+__all__ = ["LOCAL", "MAX_SEGMENTS", "PLAIN", "SEG_DIR", "Logged", "Waiting", "chain_dir",
+           "complete_lines_end", "idle_chains", "manifest_extra", "mark_recorded",
+           "plain_current", "plain_wanted", "publish", "seed", "seed_kept", "unrecorded"]

@@ -1,0 +1,226 @@
+"""SQLite databases on the checkpoint side: find, decide, publish.
+
+Owns the rule that a live SQLite database is never copied as files (its
+``-wal`` and ``-shm`` are read at different transaction boundaries): a
+database listed by an adapter's ``sqlite`` globs, or found by its header in a
+tree, is copied with the online backup API into a local staging file and
+checked (`sqlite_backup`, `sqlite_check`), then published through the copier
+as one closed object at ``checkpoints/<relpath>``, only when its hash differs
+from the last published snapshot.
+
+Change detection compares size and mtime_ns of the database and of its WAL
+with what the index recorded (never ctime: a connection opened as root
+changes the WAL's ctime).  Restoring lives in `sqlite_restore`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import stat
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from syncengine.checkpoint.sqlite_backup import (
+    Options,
+    Staged,
+    remove_set,
+    stage,
+    sweep_staging,
+    wal_sig,
+)
+
+# apsw and tempfile are imported in the functions that use them (here and in the
+# sqlite_* modules): most checkpoint passes never open a database, and every CLI call
+# pays for imports.
+from syncengine.copier import SQLITE_HEADER, Published, stream, upload
+from syncengine.durable.manifest import Entry
+from syncengine.durable.posix.safepath import DirCache
+from syncengine.durable.posix.savefile import TEMP_SUFFIX
+from syncengine.durable.posix.store import Store
+from syncengine.local.index import DIRTY, Index
+from syncengine.patterns import COMPANIONS
+from syncengine.plan import Snapshot
+from syncengine.sqlite_check import Verdict, check
+
+log = logging.getLogger("syncengine")
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+def object_name(relpath: str) -> str:
+    """Where the snapshot of the database at `relpath` is published, in the store."""
+    return f"{CHECKPOINT_DIR}/{relpath}"
+
+
+# -- finding ------------------------------------------------------------
+
+
+def find_databases(live: Path, patterns: Sequence[str]) -> list[str]:
+    """Relative paths of regular files matching the globs (``*`` never crosses ``/``).
+
+    Exclusions do not apply: a listed database is always snapshotted.
+    Symlinks are not followed; companions and temp files never match.
+    """
+    out: set[str] = set()
+    for pattern in patterns:
+        parts = [p for p in pattern.strip("/").split("/") if p]
+        if parts:
+            _glob(os.fspath(live), "", parts, out)
+    return sorted(out)
+
+
+def _glob(root: str, rel: str, parts: list[str], out: set[str]) -> None:
+    head, rest = parts[0], parts[1:]
+    if any(c in head for c in "*?["):
+        try:
+            with os.scandir(f"{root}/{rel}" if rel else root) as it:
+                names = [e.name for e in it if fnmatch.fnmatchcase(e.name, head)]
+        except OSError:
+            return
+    else:
+        names = [head]
+    for name in names:
+        child = f"{rel}/{name}" if rel else name
+        try:
+            mode = os.lstat(f"{root}/{child}").st_mode
+        except OSError:
+            continue
+        if rest:
+            if stat.S_ISDIR(mode):
+                _glob(root, child, rest, out)
+        elif stat.S_ISREG(mode) and not name.endswith((*COMPANIONS, TEMP_SUFFIX)):
+            out.add(child)
+
+
+def matches(patterns: Sequence[str], relpath: str) -> bool:
+    """Whether `relpath` is one of the databases the globs list."""
+    parts = relpath.split("/")
+    for pattern in patterns:
+        globs = [p for p in pattern.strip("/").split("/") if p]
+        if len(globs) == len(parts) and all(map(fnmatch.fnmatchcase, parts, globs)):
+            return True
+    return False
+
+
+def seed_extra(entry: Entry, patterns: Sequence[str]) -> dict[str, Any]:
+    """Index extras for a snapshot known only from the manifest (a rebuilt index)."""
+    return {"object": entry.location, "size": entry.size, "mtime_ns": entry.mtime_ns,
+            "snapshot_ns": entry.extra.get("snapshot_ns"), "_wal": None,
+            "_listed": matches(patterns, entry.path)}
+
+
+def companion_base(live: Path, relpath: str) -> str | None:
+    """The database `relpath` belongs to, if it is a -wal/-shm/-journal of a SQLite file."""
+    for suffix in COMPANIONS:
+        if relpath.endswith(suffix) and len(relpath) > len(suffix):
+            base = relpath[: -len(suffix)]
+            return base if has_header(f"{live}/{base}") else None
+    return None
+
+
+def has_header(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return os.pread(fd, len(SQLITE_HEADER), 0) == SQLITE_HEADER
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+# -- deciding -----------------------------------------------------------
+
+
+def plan_databases(live: Path, patterns: Sequence[str], index: Index) -> list[Snapshot]:
+    """A Snapshot action for each listed database whose file or WAL changed."""
+    actions = []
+    for rel in find_databases(live, patterns):
+        path = f"{live}/{rel}"
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        rec = index.get(rel)
+        if rec is None or rec.kind != "sqlite":
+            reason = "new"
+        elif rec.absent:
+            reason = "reappeared"
+        elif rec.ctime_ns == DIRTY:
+            reason = "changed recently or not yet checked: look again"
+        elif (rec.size, rec.mtime_ns) != (st.st_size, st.st_mtime_ns):
+            reason = "database changed"
+        elif index.extras.get(rel, {}).get("_wal") != wal_sig(path):
+            reason = "WAL changed"
+        else:
+            continue
+        actions.append(Snapshot(rel, reason))
+    return actions
+
+
+def is_listed(index: Index, path: str) -> bool:
+    """A database the adapter lists (not scanned as a file: the sqlite module watches it)."""
+    return bool(index.extras.get(path, {}).get("_listed"))
+
+
+# -- doing --------------------------------------------------------------
+
+
+def check_durable_copy(durable: DirCache, relpath: str, scratch: Path, timeout: float = 2.0
+                       ) -> tuple[int, int, Verdict]:
+    """(bytes, xxh3_64, verdict) of a durable snapshot, checked on a local temp copy.
+
+    SQLite is never opened on the mount: the snapshot is streamed into a temp
+    file under `scratch` (local disk) and checked there.  Raises CheckFailed.
+    """
+    import tempfile
+    scratch.mkdir(parents=True, exist_ok=True)
+    fd = durable.open_file(relpath)
+    with os.fdopen(fd, "rb") as src, tempfile.TemporaryDirectory(dir=scratch) as tmpdir:
+        local = os.path.join(tmpdir, "snapshot.db")
+        with open(local, "wb") as out:
+            n, h = stream(src.fileno(), None, out.write, src_name=relpath, dst_name=local)
+        return n, h, check(local, timeout=timeout)
+
+
+def publish(store: Store, staged: Staged, index: Index, *, listed: bool,
+            recent_after_ns: int) -> Published:
+    """Publish a staged snapshot unless equal to the last one; the staged copy is removed."""
+    relpath, st, wal = staged.relpath, staged.st, staged.wal
+    rec = index.get(relpath)
+    extra_before = index.extras.get(relpath, {}) if rec and rec.kind == "sqlite" else {}
+    mtime = max(st.st_mtime_ns, wal[1] if wal else 0)
+    try:
+        copied = upload(store, os.path.dirname(staged.path), os.path.basename(staged.path),
+                        known_hash=rec.hash64 if extra_before and rec else None,
+                        known_size=extra_before.get("size"), dest=object_name(relpath))
+    finally:
+        remove_set(staged.path)
+    dirty = staged.raced or mtime >= recent_after_ns
+    now = time.time_ns()
+    snapshot_ns = now if copied.published else extra_before.get("snapshot_ns", now)
+    if not copied.published:
+        mtime = extra_before.get("mtime_ns", mtime)
+    # a mount without rename stores each snapshot as a new unique object
+    obj = (copied.object if copied.published else extra_before.get("object")) \
+        or object_name(relpath)
+    extra = {"object": obj, "size": copied.size, "mtime_ns": mtime,
+             "snapshot_ns": snapshot_ns, "_wal": wal, "_listed": listed}
+    entry = Entry(relpath, "sqlite", copied.size, mtime, st.st_mode & 0o7777, copied.hash64,
+                  object=obj, extra={"snapshot_ns": snapshot_ns})
+    if copied.published:
+        log.info("sqlite.published path=%s object=%s bytes=%d", relpath, entry.object,
+                 copied.size)
+    return Published(entry, copied, (st.st_size, st.st_mtime_ns,
+                                     DIRTY if dirty else st.st_ctime_ns), extra)
+
+
+__all__ = ["CHECKPOINT_DIR", "COMPANIONS", "Options", "Staged", "check_durable_copy",
+           "companion_base", "find_databases", "has_header", "object_name", "plan_databases",
+           "publish", "remove_set", "stage", "sweep_staging"]

@@ -1,0 +1,1 @@
+"""Long-running parts: the embedded runner, the ``run`` supervisor and the watcher."""

@@ -1,0 +1,248 @@
+"""The embedded runner: restore, then checkpoint in a background thread until stopped.
+
+Owns the checkpoint loop shared by Python services and ``syncengine run``:
+one pass per interval (``wait=False``: a pass that finds another checkpoint
+running skips its turn), driven by change hints from `syncengine.daemon.watch` when
+inotify is usable, a status file (``<state_dir>/daemon.json``) that
+``syncengine status`` reads from another process, and the final checkpoint on
+stop.  Passes of one runner never overlap (a mutex), and the state lock keeps
+them from overlapping with any other process's.
+
+`checkpoint_now` and the final pass walk the whole tree rather than use
+hints: inotify delivers events asynchronously, so a write made just before the
+call may not have reached the watcher yet.
+
+Usage::
+
+    from syncengine import Runner, load_config
+    with Runner(load_config(), interval=15) as runner:   # restores, then loops
+        ...
+        report = runner.checkpoint_now(timeout=30)        # durable when it returns
+    # leaving the block takes the final checkpoint and joins the thread
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from syncengine.config import Config
+from syncengine.daemon.watch import Watcher
+from syncengine.durable.posix import savefile
+from syncengine.engine import Engine
+from syncengine.errors import Incomplete, LockBusy
+from syncengine.report import Report
+
+log = logging.getLogger("syncengine")
+
+
+def describe_failure(report: Report) -> str:
+    """One line per failed adapter or path, for messages and logs."""
+    lines = [f"{a.name}: {a.fatal}" for a in report.adapters if a.fatal]
+    lines.extend(str(e) for e in report.errors[:20])
+    more = len(report.errors) - 20
+    if more > 0:
+        lines.append(f"... and {more} more path error(s)")
+    return "\n".join(lines)
+
+
+def describe_start(report: Report, config: Config, interval: float, mode: str) -> str:
+    """One line: what the restore brought back, and what the loop will checkpoint."""
+    kept = sum(a.kept_local for a in report.adapters)
+    live = [s.name for s in config.adapters if s.live.is_dir()]
+    waiting = [s.name for s in config.adapters if not s.live.is_dir()]
+    return (f"restored {report.files} file(s), {report.bytes} bytes"
+            + (f" ({kept} newer local kept)" if kept else "")
+            + f"; checkpointing {', '.join(live) or 'nothing yet'} every {interval:g}s "
+            f"(mode {mode})"
+            + (f"; no live tree yet (taken once it appears): {', '.join(waiting)}"
+               if waiting else ""))
+
+
+class Runner:
+    """Restore, check the durable side against the index, then checkpoint every
+    `interval` seconds in a thread; final pass on stop."""
+
+    def __init__(self, engine: Engine | Config, *, interval: float | None = None,
+                 watch: bool = True, rescan_interval: float | None = None) -> None:
+        self.engine = engine if isinstance(engine, Engine) else Engine(engine)
+        cfg = self.engine.config
+        self.interval = float(interval if interval is not None else cfg.interval)
+        self.watcher: Watcher | None = None
+        if watch:
+            self.watcher = Watcher(
+                {s.name: s.live for s in cfg.adapters},
+                rescan_interval=rescan_interval or cfg.rescan_interval,
+                skip_dirs={s.name: self.engine.skip_dirs(s) for s in cfg.adapters})
+        self._mutex = threading.Lock()  # one pass at a time
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._running = False
+        self._status_path = cfg.state_dir / "daemon.json"
+        self.passes = 0
+        self.last_pass_ns: int | None = None
+        self.last_ok_ns: int | None = None
+        self.last_error: str | None = None
+        self.final_ok: bool | None = None  # the checkpoint taken on stop (and any after it)
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> Report:
+        """Restore every adapter, then start the loop; raise `Incomplete` if restore failed.
+
+        A server must never write new state over a partially restored tree,
+        so nothing is started when the restore is incomplete.
+        """
+        if self._running:
+            raise RuntimeError("runner already started")
+        report = self.engine.restore()
+        if not report.ok:
+            exc = Incomplete("restore incomplete, not starting:\n" + describe_failure(report))
+            exc.report = report  # type: ignore[attr-defined]
+            raise exc
+        # The index must not be ahead of the bucket (a write-back mount that lost uploads):
+        # compared now, so the first pass publishes again what the bucket lacks.
+        self.engine.check_durable()
+        if self.watcher is not None:
+            self.watcher.start()
+        self._stop.clear()
+        self._running = True
+        self._thread = threading.Thread(target=self._loop, name="syncengine-runner", daemon=True)
+        self._thread.start()
+        log.info("runner.started %s", describe_start(report, self.engine.config, self.interval,
+                                                       self.mode))
+        return report
+
+    def stop(self) -> Report | None:
+        """Stop the loop (a pass in progress finishes), take the final checkpoint, join.
+
+        Returns the final checkpoint's report (None if the runner was not running).
+        """
+        if not self._running:
+            return None
+        self._running = False
+        self._stop.set()
+        try:
+            if self._thread is not None:
+                self._thread.join()
+                self._thread = None
+            return self._pass("final", wait=True, full=True)
+        finally:
+            if self.watcher is not None:
+                self.watcher.stop()
+            self._write_status()
+            log.info("runner.stopped passes=%d", self.passes)
+
+    def __enter__(self) -> Runner:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    # -- passes --------------------------------------------------------------
+    def checkpoint_now(self, timeout: float | None = None) -> Report:
+        """Take a checkpoint now (whole tree) and return once it is durable.
+
+        Thread-safe.  Waits for a pass already running; raises `LockBusy` if
+        that, or another process's checkpoint, takes longer than `timeout`.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        report = self._pass("now", wait=True, full=True, deadline=deadline)
+        if report.skipped_busy:
+            raise LockBusy(f"checkpoint_now: another checkpoint or restore held the state lock "
+                           f"for more than {timeout}s")
+        return report
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._pass("timer", wait=False)
+            except Exception as exc:  # never let the loop die; retried next interval
+                log.error("runner.pass-failed kind=timer error=%s", exc)
+
+    def _pass(self, kind: str, *, wait: bool, full: bool = False,
+              deadline: float | None = None) -> Report:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._mutex.acquire(timeout=-1 if remaining is None else remaining):
+            raise LockBusy(f"checkpoint_now: a checkpoint still running after {remaining}s")
+        try:
+            taken = self.watcher.take() if self.watcher is not None else None
+            hints = None if full else taken
+            log.info("runner.pass-start kind=%s mode=%s", kind,
+                     "walk" if hints is None else "events")
+            lock_timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                # the stop pass is final: logs to their exact end, and every chain recorded
+                report = self.engine.checkpoint(wait=wait, hints=hints, lock_timeout=lock_timeout,
+                                                final=kind == "final")
+            except Exception as exc:
+                self._failed(kind, taken, str(exc))
+                if kind == "final" or not self._running:
+                    self.final_ok = False
+                    self._write_status()
+                raise
+            self.passes += 1
+            self.last_pass_ns = report.started_ns
+            if kind == "final" or not self._running:  # the last word on what is durable
+                self.final_ok = report.ok
+            if report.skipped_busy:
+                self._give_back(taken)
+            elif report.ok:
+                self.last_ok_ns = report.started_ns
+                self.last_error = None
+            else:
+                self._failed(kind, taken, describe_failure(report).splitlines()[0])
+            log.info("runner.pass-end kind=%s files=%d bytes=%d ok=%s busy=%s duration=%.3f",
+                     kind, report.files, report.bytes, report.ok, report.skipped_busy,
+                     report.duration_s)
+            self._write_status()
+            return report
+        finally:
+            self._mutex.release()
+
+    def _give_back(self, taken: dict[str, set[str] | None] | None) -> None:
+        if self.watcher is not None and taken is not None:
+            self.watcher.give_back(taken)
+
+    def _failed(self, kind: str, taken: dict[str, set[str] | None] | None, error: str) -> None:
+        self._give_back(taken)
+        # the same failure pass after pass is said once, then at debug level (path warnings
+        # are deduplicated the same way by Engine.notices); `status` shows it meanwhile.
+        # The final pass always says it: it decides what stays durable.
+        level = logging.DEBUG if error == self.last_error and kind != "final" else logging.ERROR
+        self.last_error = error
+        log.log(level, "runner.pass-incomplete kind=%s error=%s (retried next pass)", kind,
+                error)
+
+    # -- observability -------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return self.watcher.mode if self.watcher is not None else "scanning"
+
+    def status(self) -> dict[str, Any]:
+        """Mode, pending changed paths per adapter, last pass, last error."""
+        pending = self.watcher.pending() if self.watcher is not None else {}
+        return {
+            "pid": os.getpid(), "running": self._running, "mode": self.mode,
+            "interval": self.interval, "passes": self.passes,
+            "last_pass_ns": self.last_pass_ns, "last_ok_ns": self.last_ok_ns,
+            "last_error": self.last_error, "final_ok": self.final_ok,
+            "watch_error": self.watcher.last_error if self.watcher is not None else None,
+            "overflows": self.watcher.overflows if self.watcher is not None else 0,
+            "pending": pending, "updated_ns": time.time_ns(),
+        }
+
+    def _write_status(self) -> None:
+        try:
+            savefile.write_file(self._status_path, json.dumps(self.status()).encode(),
+                                mode=0o600, fsync=False)
+        except OSError as exc:
+            log.warning("runner.status-unwritable path=%s error=%s", self._status_path, exc)

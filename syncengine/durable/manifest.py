@@ -1,0 +1,417 @@
+"""The manifest: what was published, as closed JSON-lines objects on the durable side.
+
+Owns the manifest format and what a reader may conclude from it.  Each
+checkpoint that published something writes one new *delta* object with the
+entries it changed; every `COMPACT_AFTER` deltas a *base* object with all
+entries replaces the chain for readers.  Objects are named
+``.syncengine/manifest/<seq>.<base|delta>.jsonl`` with a zero-padded, strictly
+increasing sequence number, so a reader lists one directory, takes the newest
+readable base and applies the deltas after it in order.  Nothing is ever
+rewritten in place; superseded objects are left for ``gc``.
+
+Each object opens with a header line and ends with an ``{"end": N}`` trailer.
+Entry kinds other than ``file``, ``symlink`` and ``dir`` (SQLite snapshots,
+append-only segments) are kept verbatim, so an older reader preserves what a
+newer writer recorded.  A ``dir`` entry records a directory of the live tree,
+empty or not, with its mode only (``{"path", "kind": "dir", "mode"}``): a
+directory's mtime moves whenever an entry is added in it, so recording it
+would put an entry in every pass that adds a file, and nothing that agents
+keep depends on it.  On a bucket the manifest is a directory's only record
+(``mkdir`` on the mount is not stored).
+
+What an unreadable object means (`load`).  A base holds every entry *and*
+the changes of the pass that wrote it (that pass writes no delta), so an
+object that cannot be read loses what it recorded, whatever its kind.  It is
+harmless only when a readable base with a higher sequence number supersedes
+it; otherwise it is a *problem*: the restore is incomplete (exit 1, the object
+named) until a complete newer base is written.  One exception, a *torn*
+newest object: its bytes are a strict prefix of a well-formed object (header,
+whole entry lines, no trailer) and it was written under its final name
+(header ``"in_place": true``, on a mount without rename; when its own header
+was cut, the newest object read says so).  Only there can a checkpoint killed
+while writing its manifest leave one; with rename, a killed writer's object
+never reaches its name, so a cut object there was cut after it was complete.
+A torn object's checkpoint never completed: its versions went to new unique
+names nothing refers to, so the manifest as of the object before is the last
+completed checkpoint, as if the kill had come a moment earlier; the restore
+is complete, with a warning.  The next object written after it is a full base
+(`deltas_since_base`), so a torn object never ends up inside the chain.
+
+Entries are validated one by one: an entry with a field of the wrong type or
+out of range (a negative size, an mtime beyond 64-bit nanoseconds, a mode
+outside 0..0o7777, a hash that is not ``xxh3_64:`` and 16 hex digits, a
+symlink without a target, NUL in a name) is that path's problem
+(`ManifestState.invalid`), replacing what older objects recorded for the
+path; the other entries stay usable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from syncengine.durable.posix.safepath import DirCache
+from syncengine.durable.posix.store import MANIFEST_DIR, Store
+from syncengine.errors import SyncEngineError
+
+FORMAT = 1
+COMPACT_AFTER = 64
+INVALID = "invalid"  # the kind of a placeholder for an entry that failed validation
+_NAME = re.compile(r"^(\d{12})\.(base|delta)\.jsonl$")
+_HASH = re.compile(r"xxh3_64:([0-9a-fA-F]{16})\Z")
+_KIND = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")
+_HEADER_START = b'{"syncengine_manifest": '
+_INT64 = 1 << 63
+
+
+def format_hash(h: int) -> str:
+    return f"xxh3_64:{h:016x}"
+
+
+def parse_hash(text: object) -> int | None:
+    """The hash of a manifest field: None when absent; ValueError when malformed."""
+    if text is None:
+        return None
+    m = _HASH.match(text) if isinstance(text, str) else None
+    if m is None:
+        raise ValueError(f"hash {text!r} is not 'xxh3_64:' and 16 hex digits")
+    return int(m.group(1), 16)
+
+
+@attrs.frozen
+class Entry:
+    """One published path.  `object` is where its bytes are, relative to the store."""
+
+    path: str
+    kind: str = "file"
+    size: int = 0
+    mtime_ns: int = 0
+    mode: int = 0o644
+    hash: int | None = None
+    target: str | None = None
+    object: str | None = None
+    extra: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
+
+    @property
+    def location(self) -> str:
+        return self.object or self.path
+
+    @property
+    def problem(self) -> str | None:
+        """Why the manifest's record of this path is unusable (an `INVALID` placeholder)."""
+        return str(self.extra.get("problem")) if self.kind == INVALID else None
+
+    def index_extra(self) -> dict[str, Any] | None:
+        """What the local index keeps beside the record (`Index.extras`) for this entry."""
+        extra = dict(self.extra)
+        if self.object:
+            extra["object"] = self.object
+        return extra or None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.extra)
+        out.update(path=self.path, kind=self.kind, mtime_ns=self.mtime_ns)
+        if self.kind == "symlink":
+            out["target"] = self.target
+        elif self.kind == "dir":
+            del out["mtime_ns"]
+            out["mode"] = self.mode
+        else:
+            out.update(size=self.size, mode=self.mode)
+            if self.hash is not None:
+                out["hash"] = format_hash(self.hash)
+        if self.object:
+            out["object"] = self.object
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Entry:
+        """Validate one entry line; raise ValueError naming the field that is wrong."""
+        path = _name(data.get("path"), "path")
+        kind = data.get("kind", "file")
+        if not isinstance(kind, str) or not _KIND.match(kind) or kind == INVALID:
+            raise ValueError(f"kind {kind!r} is not a known or well-formed entry kind")
+        symlink = kind == "symlink"
+        extra = {} if data.keys() <= _KNOWN else {
+            k: v for k, v in data.items() if k not in _KNOWN and not k.startswith("_")}
+        if kind == "dir":  # a mode is all it records: it must be there, and valid
+            if "mode" not in data:
+                raise ValueError("mode is missing (a directory entry records its mode)")
+            return cls(path=path, kind=kind, mode=_int(data, "mode", 0, 0, 0o7777 + 1),
+                       extra=extra)
+        return cls(
+            path=path, kind=kind,
+            size=0 if symlink else _int(data, "size", 0, 0, _INT64),
+            mtime_ns=_int(data, "mtime_ns", 0, -_INT64 + 1, _INT64),
+            mode=0o644 if symlink else _int(data, "mode", 0o644, 0, 0o7777 + 1),
+            hash=None if symlink else parse_hash(data.get("hash")),
+            target=_name(data.get("target"), "symlink target") if symlink else None,
+            object=None if data.get("object") is None else _name(data["object"], "object"),
+            extra=extra,
+        )
+
+    @classmethod
+    def invalid(cls, path: str, problem: str) -> Entry:
+        """A placeholder for an entry that failed validation: restore and verify report it."""
+        return cls(path, INVALID, extra={"problem": problem})
+
+
+_KNOWN = frozenset({"path", "kind", "size", "mtime_ns", "mode", "hash", "target", "object"})
+
+
+def _int(data: Mapping[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = data.get(key, default)
+    if type(value) is not int:  # a bool or a float is not a size, a time or a mode
+        raise ValueError(f"{key} {value!r} is not an integer")
+    if not low <= value < high:
+        raise ValueError(f"{key} {value} is out of range")
+    return value
+
+
+def _name(value: object, what: str) -> str:
+    """A name from the manifest that the OS can take (safety is checked where it is used)."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} {value!r} is missing or not a non-empty string")
+    if "\0" in value:
+        raise ValueError(f"{what} {value!r} contains NUL")
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} {value!r} is not a valid file name") from exc
+    return value
+
+
+def _entry(row: object, label: str) -> Entry:
+    """An Entry, or an INVALID placeholder named by the path (or by `label`)."""
+    if not isinstance(row, dict):
+        return Entry.invalid(label, "an entry line is not a JSON object")
+    try:
+        return Entry.from_json(row)
+    except ValueError as exc:
+        path = row.get("path")
+        try:
+            named = _name(path, "path")
+        except ValueError:
+            named = label
+        return Entry.invalid(named, f"malformed manifest entry ({exc})")
+
+
+@attrs.frozen
+class ManifestState:
+    """The manifest as a reader sees it after applying base and deltas."""
+
+    entries: Mapping[str, Entry]
+    last_seq: int
+    base_seq: int
+    deltas_since_base: int  # COMPACT_AFTER after a torn object: the next one is a base
+    problems: tuple[str, ...] = ()  # information was lost: a restore must say incomplete
+    warnings: tuple[str, ...] = ()  # a torn newest object, ignored
+    invalid: Mapping[str, Entry] = attrs.field(factory=dict)  # INVALID placeholders by path
+    readable: bool = False  # at least one object was read
+
+    @property
+    def complete(self) -> bool:
+        """Nothing lost and every entry usable (gc deletes nothing otherwise)."""
+        return not self.problems and not self.invalid
+
+
+def object_name(seq: int, kind: str) -> str:
+    return f"{MANIFEST_DIR}/{seq:012d}.{kind}.jsonl"
+
+
+def list_objects(store: Store) -> list[tuple[int, str, str]]:
+    """(seq, kind, name) of every manifest object, oldest first."""
+    out = []
+    for name in store.listdir(MANIFEST_DIR):
+        m = _NAME.match(name)
+        if m:
+            out.append((int(m.group(1)), m.group(2), name))
+    return sorted(out)
+
+
+def encode(adapter: str, seq: int, kind: str, entries: Iterable[Entry], *,
+           created_ns: int, in_place: bool = False) -> bytes:
+    """One object's bytes.  `in_place`: written under its final name (a mount without
+    rename), so a killed writer may leave it cut short (see the module docstring)."""
+    header = {"syncengine_manifest": FORMAT, "adapter": adapter, "seq": seq, "type": kind,
+              "created_ns": created_ns}
+    if in_place:
+        header["in_place"] = True
+    lines = [json.dumps(header)]
+    count = 0
+    for entry in entries:
+        lines.append(json.dumps(entry.to_json(), separators=(",", ":")))
+        count += 1
+    lines.append(json.dumps({"end": count}))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def decode(data: bytes, name: str = "manifest") -> tuple[dict[str, Any], list[Entry]]:
+    """Parse one object; raise ValueError when it is truncated or malformed as a whole.
+
+    An entry line that is not a valid entry becomes an `INVALID` placeholder,
+    named by its path or, without a usable one, by `name` and its line number.
+    """
+    lines = data.decode("utf-8").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if len(lines) < 2:
+        raise ValueError("too short")
+    header = _json(lines[0])
+    if not isinstance(header, dict) or header.get("syncengine_manifest") != FORMAT:
+        got = header.get("syncengine_manifest") if isinstance(header, dict) else header
+        raise ValueError(f"unknown format {got!r}")
+    trailer = _json(lines[-1])
+    body = lines[1:-1]
+    if not isinstance(trailer, dict) or trailer.get("end") != len(body):
+        raise ValueError("missing or wrong end marker (truncated object)")
+    try:  # one parse, not one per line
+        rows = json.loads("[" + ",".join(body) + "]") if body else []
+    except (ValueError, RecursionError):
+        rows = []
+    if len(rows) != len(body):  # a line that is not one JSON value: find it
+        rows = [_json(line, default=None) for line in body]
+    return header, [_entry(row, f"{name} line {i + 2}") for i, row in enumerate(rows)]
+
+
+def _json(line: str, default: Any = ValueError) -> Any:
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        if default is ValueError:
+            raise ValueError(f"not JSON ({exc})") from None
+        return default
+
+
+def is_torn(data: bytes) -> bool:
+    """Whether `data` is a strict prefix of a well-formed object: what a mount that
+    commits a killed writer's bytes leaves (the header and whole entry lines, no
+    trailer).  Garbage, another format or a complete trailer is not torn."""
+    whole, newline, _cut = data.rpartition(b"\n")
+    if not newline:  # not even the header line is whole
+        return _HEADER_START.startswith(data) or data.startswith(_HEADER_START)
+    lines = whole.split(b"\n")
+    try:
+        header = json.loads(lines[0])
+        rows = [json.loads(line) for line in lines[1:]]
+    except (ValueError, RecursionError):
+        return False
+    return (isinstance(header, dict) and header.get("syncengine_manifest") == FORMAT
+            and all(isinstance(r, dict) and ("end" not in r or "path" in r) for r in rows))
+
+
+def write(store: Store, adapter: str, seq: int, kind: str, entries: Iterable[Entry], *,
+          created_ns: int) -> str:
+    """Publish one manifest object; return its name."""
+    name = object_name(seq, kind)
+    data = encode(adapter, seq, kind, entries, created_ns=created_ns,
+                  in_place=store.writes_in_place())
+    store.put_bytes(name, data, mode=0o600)
+    return name
+
+
+def load(store: Store) -> ManifestState:
+    """Read the newest readable base and the deltas after it (one listing, a few reads).
+
+    See the module docstring for what makes the result incomplete
+    (`problems`) and what is only a warning.
+    """
+    objects = list_objects(store)
+    if not objects:
+        return ManifestState(entries={}, last_seq=0, base_seq=0, deltas_since_base=0)
+    with store.reader() as dirs:  # every object is in one directory: open it once
+        return _Loader(store, objects, dirs).run()
+
+
+class _Loader:
+    """One `load`: reads objects, applies them, and judges the unreadable ones."""
+
+    def __init__(self, store: Store, objects: list[tuple[int, str, str]], dirs: DirCache
+                 ) -> None:
+        self.store, self.objects, self.dirs = store, objects, dirs
+        self.newest = objects[-1][0]
+        self.entries: dict[str, Entry] = {}
+        self.invalid: dict[str, Entry] = {}
+        self.problems: list[str] = []
+        self.warnings: list[str] = []
+        self.cut: tuple[str, str, bytes] | None = None  # the newest object, if torn
+        self.in_place = False  # the newest object read was written under its final name
+
+    def run(self) -> ManifestState:
+        base_seq = 0
+        for seq, kind, name in reversed([o for o in self.objects if o[1] == "base"]):
+            got = self._read(seq, kind, name)
+            if got is not None:
+                self._apply(got)
+                base_seq = seq
+                break
+        deltas = 0
+        expected = base_seq + 1
+        for seq, kind, name in (o for o in self.objects if o[0] > base_seq):
+            if seq > expected:
+                self.problems.append(f"{self._dir()}: objects {expected:012d} to "
+                                     f"{seq - 1:012d} are missing (a gap in the manifest)")
+            expected = seq + 1
+            if kind == "delta":  # an unreadable base after the one used was judged above
+                got = self._read(seq, kind, name)
+                if got is not None:
+                    self._apply(got)
+                    deltas += 1
+        torn = self.cut is not None and self._judge_cut(*self.cut)
+        return ManifestState(
+            entries=self.entries, last_seq=self.newest, base_seq=base_seq,
+            deltas_since_base=COMPACT_AFTER if torn else deltas,
+            problems=tuple(self.problems), warnings=tuple(self.warnings),
+            invalid=self.invalid, readable=bool(base_seq or deltas))
+
+    def _dir(self) -> str:
+        return f"{self.store.root}/{MANIFEST_DIR}"
+
+    def _read(self, seq: int, kind: str, name: str) -> list[Entry] | None:
+        data = None
+        try:
+            data = self.store.read_bytes(f"{MANIFEST_DIR}/{name}", dirs=self.dirs)
+            header, entries = decode(data, name)
+            self.in_place = header.get("in_place") is True
+            return entries
+        except (ValueError, OSError, SyncEngineError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if seq == self.newest and data is not None and is_torn(data):
+            self.cut = (name, kind, data)  # judged once the objects before it are read
+        else:
+            self._lost(name, kind, why)
+        return None
+
+    def _judge_cut(self, name: str, kind: str, data: bytes) -> bool:
+        """A torn newest object is a killed writer's only where objects are written under
+        their final name: its own header says so, or, when that was cut too, the newest
+        object read."""
+        first, newline, _ = data.partition(b"\n")
+        in_place = json.loads(first).get("in_place") is True if newline else self.in_place
+        if not in_place:
+            self._lost(name, kind, f"cut short at {len(data)} bytes, but written by rename, "
+                       "so it was cut after it was complete")
+            return False
+        self.warnings.append(
+            f"{self._dir()}/{name}: cut short ({len(data)} bytes, no end marker): a checkpoint "
+            "killed while writing it never completed; the manifest is as of the object before")
+        return True
+
+    def _lost(self, name: str, kind: str, why: str) -> None:
+        self.problems.append(
+            f"{self._dir()}/{name}: unreadable {kind} ({why}); what it recorded is lost, so "
+            "the restore is incomplete until a newer complete base replaces it")
+
+    def _apply(self, entries: list[Entry]) -> None:
+        for e in entries:
+            if e.kind == INVALID:
+                self.entries.pop(e.path, None)
+                self.invalid[e.path] = e
+            else:
+                self.invalid.pop(e.path, None)
+                self.entries[e.path] = e

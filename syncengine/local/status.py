@@ -1,0 +1,199 @@
+"""Status: what the last runs did, kept as small local JSON files, and the status report.
+
+Owns the files under ``state_dir`` that ``syncengine status`` reads:
+``status/<adapter>.json`` (written after each checkpoint), ``restore.json``
+(after each restore; ``complete`` gates ``syncengine run`` and ``gc``),
+``daemon.json`` (written by the runner) and the cached mount probe.  Building
+the report reads local files only: status never touches the durable side.
+It also owns what status says about a write-back mount (`write_back`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from syncengine.config import AdapterSpec, Config
+from syncengine.durable.posix import probe, savefile
+from syncengine.local.index import Index
+from syncengine.patterns import Matcher
+from syncengine.report import Report
+
+
+def status_path(state_dir: Path, adapter: str) -> Path:
+    return state_dir / "status" / f"{adapter}.json"
+
+
+def index_path(state_dir: Path, adapter: str) -> Path:
+    return state_dir / "index" / f"{adapter}.idx"
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A small local JSON file as a dict ({} when missing or unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def write_checkpoint(state_dir: Path, report: Report) -> None:
+    """Record one checkpoint per adapter: time, files, bytes, errors, running totals."""
+    for rep in report.adapters:
+        path = status_path(state_dir, rep.name)
+        old = read_json(path)
+        now = report.started_ns
+        data = {
+            "adapter": rep.name,
+            "last_attempt_ns": now,
+            "last_checkpoint_ns": now if rep.ok else old.get("last_checkpoint_ns"),
+            "last_files": rep.files,
+            "last_bytes": rep.bytes,
+            "total_files": int(old.get("total_files", 0)) + rep.files,
+            "total_bytes": int(old.get("total_bytes", 0)) + rep.bytes,
+            "errors": [str(e) for e in rep.errors][:20],
+            "last_error": rep.fatal or (str(rep.errors[0]) if rep.errors else
+                                        (old.get("last_error") if not rep.ok else None)),
+        }
+        savefile.write_file(path, json.dumps(data).encode(), mode=0o600, fsync=False)
+
+
+def write_restore(state_dir: Path, report: Report, now_ns: int) -> None:
+    """Record whether the last restore was complete (fsynced: a server start depends on it)."""
+    data = {"complete": report.ok, "finished_ns": now_ns,
+            "errors": [str(e) for e in report.errors][:50],
+            "fatal": [f"{a.name}: {a.fatal}" for a in report.adapters if a.fatal]}
+    savefile.write_file(state_dir / "restore.json", json.dumps(data).encode(), mode=0o600,
+                        fsync=True)
+
+
+def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict[str, Any]:
+    """Effective configuration with sources, and per-adapter state (local files only)."""
+    cfg = config
+    daemon = _daemon_status(cfg.state_dir / "daemon.json")
+    pending = daemon.get("pending", {}) if daemon.get("running") else {}
+    adapters = []
+    for spec in cfg.adapters:
+        st = read_json(status_path(cfg.state_dir, spec.name))
+        idx = Index.load(index_path(cfg.state_dir, spec.name))
+        last = st.get("last_checkpoint_ns")
+        live_source = cfg.sources.get(f"live.{spec.name}", "default")
+        adapters.append({
+            "loss_window_s": round((now_ns - last) / 1e9, 3) if last else None,
+            "pending": pending.get(spec.name, 0) if daemon.get("running") else None,
+            "name": spec.name, "live": str(spec.live), "durable": str(spec.durable),
+            "live_source": live_source,
+            "durable_source": cfg.sources.get(f"durable.{spec.name}", "default"),
+            "warning": _live_warning(spec, live_source),
+            "origin": spec.origin, "exclude": list(matchers[spec.name].patterns),
+            "live_exists": spec.live.is_dir(),
+            "indexed_files": len(idx) if idx is not None else 0,
+            "unconfirmed": len(idx.meta.get("unconfirmed") or {}) if idx is not None else 0,
+            "databases": _databases(idx) if idx is not None else [],
+            **{k: v for k, v in st.items() if k != "adapter"},
+        })
+    keys = ("local_root", "durable_root", "state_dir", "interval", "jobs",
+            "sqlite_busy_timeout", "rescan_interval", "journal_dir", "require_mount",
+            "write_back", "rclone_rc", "confirm_timeout", "home", "plain_after")
+    shown = {k: [_plain(getattr(cfg, k)), cfg.sources.get(k)] for k in keys}
+    shown["adapters"] = [[s.name for s in cfg.adapters], cfg.sources.get("adapters")]
+    return {
+        "config": shown,
+        "durable_probe": _probe_status(cfg.state_dir, cfg.durable_root),
+        "write_back": write_back(cfg),
+        "restore": read_json(cfg.state_dir / "restore.json") or None,
+        "sqlite": _sqlite_version(),
+        "daemon": daemon or None,
+        "adapters": adapters,
+    }
+
+
+def _live_warning(spec: AdapterSpec, source: str) -> str | None:
+    """A built-in adapter's live tree named explicitly (its variable, a config file, a
+    flag) that does not exist: probably a typo, or the harness writes somewhere else."""
+    if not spec.builtin or source == "default" or spec.live.is_dir():
+        return None
+    return (f"live tree {spec.live} does not exist, but {source} names it: check the "
+            "value (the harness may write elsewhere; nothing there is checkpointed)")
+
+
+def _plain(value: Any) -> Any:
+    return str(value) if isinstance(value, os.PathLike) else value
+
+
+def _databases(index: Index) -> list[dict[str, Any]]:
+    """The SQLite snapshots the index knows: path, object, size, time of the last one."""
+    out = []
+    for path, rec in sorted(index.items()):
+        extra = index.extras.get(path, {})
+        if rec.kind == "sqlite" and not extra.get("_local"):
+            out.append({"path": path, "object": extra.get("object"),
+                        "size": extra.get("size", rec.size),
+                        "snapshot_ns": extra.get("snapshot_ns"),
+                        "listed": bool(extra.get("_listed"))})
+    return out
+
+
+def _daemon_status(path: Path) -> dict[str, Any]:
+    """The runner's status file; `running` is cleared when its process is gone."""
+    data = read_json(path)
+    pid = data.get("pid")
+    if data.get("running") and isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            data["running"] = False
+        except PermissionError:
+            pass
+    return data
+
+
+def _probe_status(state_dir: Path, root: Path) -> dict[str, Any] | None:
+    """The cached probe of the durable root, with a one-line summary (no mount operation)."""
+    cached = probe.read_cache(state_dir, root)
+    if not cached:
+        return None
+    caps = probe.Capabilities.from_json(cached)
+    if caps is None:
+        return None
+    return {**cached, "summary": caps.describe(), "rename_supported": caps.rename_supported}
+
+
+def write_back(cfg: Config) -> dict[str, Any] | None:
+    """What a write-back mount means for durability (None: close is the upload, or not
+    probed yet): ``confirmed`` whether each pass waits for the mount's own report."""
+    cached = probe.read_cache(cfg.state_dir, cfg.durable_root)
+    caps = probe.Capabilities.from_json(cached) if cached else None
+    if caps is None or not (caps.write_back if cfg.write_back is None else cfg.write_back):
+        return None
+    who = (f"{caps.client} ({caps.client_detail})" if caps.write_back and caps.client else
+           "declared in the configuration (write_back = true)")
+    rc = cfg.rclone_rc or caps.rclone_rc
+    if rc and cfg.confirm_timeout > 0:
+        return {"confirmed": True, "text": (
+            f"write-back mount, {who}: it acknowledges writes before they reach the bucket; "
+            f"each checkpoint waits (up to {cfg.confirm_timeout:g}s) until rclone's remote "
+            f"control at {rc} reports its uploads done before recording them")}
+    delay = (f"{caps.write_back_delay_s:g}s" if caps.write_back_delay_s is not None
+             else "unknown")
+    return {"confirmed": False, "text": (
+        f"write-back mount, {who}: it acknowledges writes before they reach the bucket, and "
+        "syncengine cannot ask it when they have. If the mount dies with uploads pending, "
+        f"they are lost: the loss window is the mount's write-back delay ({delay}) plus the "
+        f"interval ({cfg.interval:g}s), longer while uploads queue. Each start compares the "
+        "bucket with the index and publishes again what is missing. " + (
+            "To have each checkpoint confirmed, run rclone with --rc --rc-addr "
+            "127.0.0.1:5572 (no --rc-user), or with --vfs-cache-mode off"
+            if caps.client == "rclone" else
+            "Use a mount that uploads during close, or rclone with its remote control")
+        + " (README: Write-back mounts)")}
+
+
+def _sqlite_version() -> dict[str, Any]:
+    from syncengine import sqlite_check  # imports apsw: status is the only user here
+
+    return sqlite_check.library_version()

@@ -1,0 +1,1 @@
+"""Maintenance commands: verify, gc, migrate, the input journal, export and explain."""

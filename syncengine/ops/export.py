@@ -1,0 +1,49 @@
+"""``syncengine export``: the durable copy of one live path, found and written out.
+
+Owns finding which adapter and manifest entry a path means (absolute under a
+live tree, or relative with the adapter named or unambiguous) and handing it
+to `chain.export`, which rebuilds and checks it.  Reads the durable side only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+from syncengine.config import Config
+from syncengine.durable import chain
+from syncengine.durable.manifest import load as load_manifest
+from syncengine.durable.posix.store import Store
+from syncengine.errors import ConfigError
+
+
+def export(config: Config, path: str, out: BinaryIO, *, adapter: str | None = None) -> int:
+    """Write the durable copy of `path` to `out`; return the bytes written.
+
+    Raises ConfigError when the path is unknown, SourceError when the durable
+    copy is missing or corrupt.
+    """
+    specs = config.select([adapter] if adapter else None)
+    rel = path
+    if os.path.isabs(path):
+        full = Path(os.path.normpath(path))
+        specs = tuple(s for s in specs if s.live in full.parents)
+        if not specs:
+            raise ConfigError(f"{path} is not inside any adapter's live tree")
+        rel = full.relative_to(specs[0].live).as_posix()
+        specs = specs[:1]
+    found = []
+    for spec in specs:
+        store = Store(spec.durable)
+        entry = load_manifest(store).entries.get(rel) if store.exists() else None
+        if entry is not None:
+            found.append((store, entry, spec.name))
+    if not found:
+        raise ConfigError(f"{rel}: no checkpoint of this path in "
+                          f"{', '.join(s.name for s in specs) or 'any adapter'}")
+    if len(found) > 1:
+        raise ConfigError(f"{rel} is checkpointed by adapters "
+                          f"{', '.join(f[2] for f in found)}: choose one with --adapter")
+    store, entry, _ = found[0]
+    return chain.export(store, entry, out)

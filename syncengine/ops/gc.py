@@ -1,0 +1,409 @@
+"""Garbage collection: the only place that deletes from the durable side.
+
+Owns retention, kept out of the checkpoint loop.  `gather` observes one
+adapter (manifest, index absence counters, the live tree by ``lstat``, the
+staging directory, the segment chains, the manifest objects), `plan` decides
+from those facts alone (pure, so tests assert on its text), and `execute`
+carries the plan out, only with ``--apply`` and under the state lock.
+
+A locally deleted path becomes a *tombstone* once the checkpoint counted it
+missing in ``[gc] absent_passes`` consecutive passes; its durable copy goes
+``grace_seconds`` after the first of those passes (``index.meta
+["absent_since"]``).  Then a new base manifest without it is written first
+(a restore never asks for a deleted object) and its objects are deleted,
+each re-checked with ``lstat`` locally just before: a path that exists
+locally is never deleted (a directory where a file was recorded does not count
+as the file: that file is gone).  Also removed: staging temp files older than
+``staging_seconds``, manifest objects older than the newest readable base,
+and segment chains no manifest entry names, once older than the grace
+period.  SQLite snapshots are replaced in place (one name per database), so
+none are superseded.  A recorded directory removed locally is tombstoned the
+same way; only its manifest entry goes (nothing durable holds it).
+
+Refuses (exit 1, with the reason) while the last restore is incomplete, and
+per adapter when the manifest has an unreadable object or an invalid entry
+(what it names is unknown, so nothing may look unreferenced), or the live
+tree is missing or holds fewer than ``min_present_ratio`` of the manifest's
+paths (a bad mount or a partial restore must never look like mass deletion).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from syncengine.checkpoint import execute as checkpoint
+from syncengine.checkpoint import segments
+from syncengine.config import AdapterSpec, GcConfig
+from syncengine.durable import manifest
+from syncengine.durable.manifest import Entry
+from syncengine.durable.posix.savefile import TEMP_SUFFIX
+from syncengine.durable.posix.store import MANIFEST_DIR, STAGING_DIR
+from syncengine.errors import DurableError, LockBusy
+from syncengine.local.index import ABSENT_SINCE
+from syncengine.local.lock import StateLock
+
+if TYPE_CHECKING:
+    from syncengine.checkpoint.execute import AdapterState
+    from syncengine.engine import Engine
+
+log = logging.getLogger("syncengine")
+NS = 10**9
+
+
+@attrs.frozen
+class Facts:
+    """What gc observed for one adapter; `plan` decides from this alone."""
+
+    adapter: str
+    entries: Mapping[str, Entry]
+    last_seq: int
+    base_seq: int  # newest readable base (0: none)
+    manifest_objects: tuple[tuple[int, str, int], ...]  # (seq, name, bytes)
+    absent: Mapping[str, tuple[int, int | None]]  # path -> (passes, first absent ns)
+    missing_locally: frozenset[str]  # manifest paths not in the live tree (lstat)
+    live_exists: bool
+    staging: tuple[tuple[str, int, int], ...]  # (object name, bytes, mtime_ns)
+    chain_objects: tuple[tuple[str, str, str, int, int], ...]  # (path, chain, name, bytes, mtime)
+    unusable: tuple[str, ...] = ()  # manifest problems and invalid entries (manifest.py)
+
+
+@attrs.frozen
+class DeletePath:
+    """A tombstone: remove the path from the manifest and delete its objects."""
+
+    path: str
+    objects: tuple[str, ...]
+    bytes: int
+    absent_since_ns: int
+
+    def __str__(self) -> str:
+        return (f"delete {self.path} (tombstone: gone locally since {_when(self.absent_since_ns)}"
+                f"; {len(self.objects)} object(s), {self.bytes} bytes)")
+
+
+@attrs.frozen
+class DeleteObjects:
+    """Objects no manifest entry needs: superseded manifests, old chains, staging leftovers."""
+
+    what: str
+    objects: tuple[str, ...]
+    bytes: int
+
+    def __str__(self) -> str:
+        return f"delete {self.what} ({len(self.objects)} object(s), {self.bytes} bytes)"
+
+
+@attrs.frozen
+class Wait:
+    """A path missing locally that is not (yet) to be deleted, and why."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"keep {self.path} ({self.reason})"
+
+
+GcAction = DeletePath | DeleteObjects | Wait
+
+
+@attrs.frozen
+class AdapterGc:
+    name: str
+    actions: tuple[str, ...] = ()
+    refused: str | None = None
+    objects: int = 0  # deleted (apply) or to delete (dry run)
+    bytes: int = 0
+    manifest: str | None = None  # the base manifest written without the tombstones
+    kept: tuple[str, ...] = ()  # tombstones that reappeared locally before deletion
+    fatal: str | None = None
+
+
+@attrs.frozen
+class GcReport:
+    adapters: tuple[AdapterGc, ...]
+    apply: bool
+    refused: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.refused is None and all(a.refused is None and a.fatal is None
+                                            for a in self.adapters)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def lines(self) -> list[str]:
+        if self.refused:
+            return [f"gc refused: {self.refused}"]
+        out = []
+        for a in self.adapters:
+            if a.refused:
+                out.append(f"{a.name}: gc refused: {a.refused}")
+                continue
+            out.extend(f"  {line}" for line in a.actions)
+            out.extend(f"  kept {p} (exists locally again)" for p in a.kept)
+            if a.fatal:
+                out.append(f"{a.name}: gc stopped: {a.fatal}")
+            verb = "deleted" if self.apply else "would delete"
+            out.append(f"{a.name}: {verb} {a.objects} object(s), {a.bytes} bytes"
+                       + (f"; wrote {a.manifest}" if a.manifest else ""))
+        if not self.apply:
+            out.append("dry run: nothing deleted; run `syncengine gc --apply` to delete")
+        return out
+
+
+def _when(ns: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / NS))
+
+
+# -- deciding -------------------------------------------------------------
+
+
+def refusal(facts: Facts, cfg: GcConfig) -> str | None:
+    """Why this adapter's local view cannot be trusted for gc, or None."""
+    if facts.unusable:  # an object or entry nobody can read may name what gc would delete
+        return (f"the manifest is not whole ({len(facts.unusable)} unreadable object(s) or "
+                f"invalid entries, first: {facts.unusable[0]}); run `syncengine verify`")
+    if not facts.entries:
+        return None
+    if not facts.live_exists:
+        return "the live tree does not exist: is local storage mounted and restored?"
+    total = len(facts.entries)
+    present = total - len(facts.missing_locally)
+    if present == 0:
+        return f"the live tree is empty but the manifest lists {total} paths: restore first"
+    if present < cfg.min_present_ratio * total:
+        return (f"only {present} of {total} manifest paths exist locally (below "
+                f"min_present_ratio {cfg.min_present_ratio}): a partial or wrong local view")
+    return None
+
+
+def _objects_of(entry: Entry, chains: Mapping[str, list[tuple[str, int]]]
+                ) -> list[tuple[str, int]]:
+    if entry.kind == "segments":  # every chain, and the plain copy at the path (segments.py)
+        plain = entry.extra.get("plain")
+        size = plain.get("size", 0) if isinstance(plain, dict) else 0
+        return [*chains.get(entry.path, []), (entry.path, size if isinstance(size, int) else 0)]
+    if entry.kind in ("file", "sqlite"):
+        return [(entry.location, entry.size)]
+    return []  # a symlink or a directory lives in the manifest only
+
+
+def plan(facts: Facts, cfg: GcConfig, now_ns: int) -> tuple[GcAction, ...]:
+    """What gc does for one adapter (call `refusal` first)."""
+    grace_ns = int(cfg.grace_seconds * NS)
+    actions: list[GcAction] = []
+    per_path: dict[str, list[tuple[str, int]]] = {}
+    for path, _chain, name, size, _mtime in facts.chain_objects:
+        per_path.setdefault(path, []).append((name, size))
+    tombstones = set()
+    for path in sorted(facts.missing_locally):
+        entry = facts.entries[path]
+        passes, since = facts.absent.get(path, (0, None))
+        if passes < cfg.absent_passes:
+            actions.append(Wait(path, f"missing in {passes} of {cfg.absent_passes} checkpoints"))
+        elif since is None:
+            actions.append(Wait(path, "no record of when it went missing; the next "
+                                      "checkpoint starts its grace period"))
+        elif now_ns - since < grace_ns:
+            actions.append(Wait(path, f"tombstone; grace period ends {_when(since + grace_ns)}"))
+        else:
+            objs = _objects_of(entry, per_path)
+            tombstones.add(path)
+            actions.append(DeletePath(path, tuple(n for n, _ in objs),
+                                      sum(s for _, s in objs), since))
+    # Superseded manifest objects: older than the newest readable base (the new base,
+    # when tombstones make one).  Never the only readable base.
+    keep_from = facts.last_seq + 1 if tombstones else facts.base_seq
+    superseded = [(name, size) for seq, name, size in facts.manifest_objects if seq < keep_from]
+    if superseded:
+        actions.append(DeleteObjects("superseded manifest objects",
+                                     tuple(n for n, _ in superseded),
+                                     sum(s for _, s in superseded)))
+    current = {(e.path, str(e.extra.get("chain"))) for e in facts.entries.values()
+               if e.kind == "segments"}
+    chains: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
+    for path, chain, name, size, mtime in facts.chain_objects:
+        if path not in tombstones and (path, chain) not in current:
+            chains.setdefault((path, chain), []).append((name, size, mtime))
+    for (path, chain), chain_objs in sorted(chains.items()):
+        if now_ns - max(m for _, _, m in chain_objs) >= grace_ns:
+            actions.append(DeleteObjects(f"superseded chain {segments.chain_dir(path, chain)}",
+                                         tuple(n for n, _, _ in chain_objs),
+                                         sum(s for _, s, _ in chain_objs)))
+    stale = [(n, s) for n, s, m in facts.staging if now_ns - m >= cfg.staging_seconds * NS]
+    if stale:
+        actions.append(DeleteObjects("staging leftovers", tuple(n for n, _s in stale),
+                                     sum(s for _n, s in stale)))
+    return tuple(actions)
+
+
+# -- observing --------------------------------------------------------------
+
+
+def gather(state: AdapterState) -> Facts:
+    """Observe one adapter: durable listings (gc only), the index, the live tree."""
+    store = state.store
+    mstate = manifest.load(store)
+    objects = []
+    for seq, _kind, name in manifest.list_objects(store):
+        rel = f"{MANIFEST_DIR}/{name}"
+        st = store.stat(rel)
+        objects.append((seq, rel, st.st_size if st else 0))
+    since = state.index.meta.get(ABSENT_SINCE, {})
+    absent = {}
+    for path, rec in state.index.items():
+        if rec.absent:
+            absent[path] = (rec.absent, since.get(path))
+    for path, _mode, passes in state.index.dir_items():
+        if passes:
+            absent[path] = (passes, since.get(path))
+    missing = frozenset(p for p, e in mstate.entries.items()
+                        if not _exists_locally(state, p, e.kind))
+    staging = []
+    for name in store.listdir(STAGING_DIR):
+        st = store.stat(f"{STAGING_DIR}/{name}")
+        if name.endswith(TEMP_SUFFIX) and st is not None:
+            staging.append((f"{STAGING_DIR}/{name}", st.st_size, st.st_mtime_ns))
+    chain_objs = []
+    prefix = segments.SEG_DIR + "/"
+    for rel, st in store.walk(segments.SEG_DIR):
+        head, _, _name = rel[len(prefix):].rpartition("/")
+        path_d, _, chain = head.rpartition("/")
+        if path_d.endswith(".d") and chain:
+            chain_objs.append((path_d[:-2], chain, rel, st.st_size, st.st_mtime_ns))
+    unusable = mstate.problems + tuple(f"{e.path}: {e.problem}" for e in mstate.invalid.values())
+    return Facts(state.name, mstate.entries, mstate.last_seq, mstate.base_seq, tuple(objects),
+                 absent, missing, state.live.is_dir(), tuple(staging), tuple(chain_objs),
+                 unusable)
+
+
+def _exists_locally(state: AdapterState, path: str, kind: str) -> bool:
+    """Whether what the entry records is there: a directory for a ``dir`` entry, anything
+    else for the other kinds (a file replaced by a directory is gone, and its durable copy
+    keeps the directory from being recorded, see `plan.SkipDir`)."""
+    try:
+        return stat.S_ISDIR(os.lstat(state.live / path).st_mode) == (kind == "dir")
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        return False
+    except OSError:
+        return True  # unknown: treat as present, never delete on doubt
+
+
+# -- doing ------------------------------------------------------------------
+
+
+def execute(state: AdapterState, facts: Facts, actions: Sequence[GcAction], now_ns: int
+            ) -> AdapterGc:
+    """Carry out a plan under the state lock: new base first, then deletions."""
+    store = state.store
+    tombs = [a for a in actions if isinstance(a, DeletePath)]
+    kept = tuple(a.path for a in tombs
+                 if _exists_locally(state, a.path, facts.entries[a.path].kind))
+    tombs = [a for a in tombs if a.path not in kept]
+    manifest_name = None
+    count = size = 0
+    index = state.index
+    if tombs:
+        if facts.last_seq > int(index.meta.get("manifest_seq", 0)):
+            index.meta["manifest_seq"] = facts.last_seq
+        gone = {a.path for a in tombs}
+        store.barrier()
+        manifest_name = checkpoint.write_base(
+            state, (e for p, e in sorted(facts.entries.items()) if p not in gone), now_ns)
+        for path in gone:
+            index.forget(path)
+        index.save(state.index_path)
+        log.info("gc.manifest adapter=%s object=%s removed=%d", state.name, manifest_name,
+                 len(gone))
+    # Without a new base, only objects older than the newest readable base may go.
+    manifest_limit = 1 << 62 if manifest_name else facts.base_seq
+    for action in actions:
+        if isinstance(action, DeletePath):
+            if action.path in kept or _exists_locally(state, action.path,
+                                                       facts.entries[action.path].kind):
+                continue  # reappeared: never delete a file that exists locally
+            names: Sequence[str] = action.objects
+        elif isinstance(action, DeleteObjects):
+            names = [n for n in action.objects
+                     if not n.startswith(MANIFEST_DIR + "/") or _seq(n) < manifest_limit]
+        else:
+            continue
+        for name in names:
+            st = store.stat(name)
+            if store.delete(name):
+                count += 1
+                size += st.st_size if st else 0
+                log.info("gc.deleted adapter=%s object=%s", state.name, name)
+    return AdapterGc(state.name, tuple(map(str, actions)), objects=count, bytes=size,
+                     manifest=manifest_name, kept=kept)
+
+
+def _seq(name: str) -> int:
+    base = name.rsplit("/", 1)[-1]
+    return int(base.split(".", 1)[0]) if base[:1].isdigit() else 1 << 62
+
+
+def restore_refusal(state_dir: os.PathLike[str] | str) -> str | None:
+    """Why the last restore forbids gc (incomplete), or None."""
+    try:
+        with open(os.path.join(state_dir, "restore.json"), "rb") as f:
+            record: Any = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return f"the restore record is unreadable ({exc}): run `syncengine restore`"
+    if not isinstance(record, dict) or not record.get("complete"):
+        return "the last restore is incomplete: finish `syncengine restore` first"
+    return None
+
+
+def run(engine: Engine, specs: Sequence[AdapterSpec], *, apply: bool) -> GcReport:
+    """Plan gc for each adapter; with `apply`, execute it under the state lock."""
+    cfg = engine.config
+    why = restore_refusal(cfg.state_dir)
+    if why:
+        return GcReport((), apply, refused=why)
+    lock = StateLock(cfg.state_dir, wait=False)
+    if apply:
+        try:
+            lock.acquire()
+        except LockBusy:
+            return GcReport((), apply, refused="a checkpoint or restore is running: try again")
+    try:
+        return GcReport(tuple(_one(engine, spec, apply) for spec in specs), apply)
+    finally:
+        lock.release()
+
+
+def _one(engine: Engine, spec: AdapterSpec, apply: bool) -> AdapterGc:
+    now = engine.clock()
+    try:
+        state = engine.adapter_state(spec)
+        if not state.store.exists():
+            return AdapterGc(spec.name)
+        facts = gather(state)
+        why = refusal(facts, engine.config.gc)
+        if why:
+            return AdapterGc(spec.name, refused=why)
+        actions = plan(facts, engine.config.gc, now)
+        if apply:
+            return execute(state, facts, actions, now)
+    except DurableError as exc:
+        return AdapterGc(spec.name, fatal=str(exc))
+    deletions = [a for a in actions if isinstance(a, (DeletePath, DeleteObjects))]
+    return AdapterGc(spec.name, tuple(map(str, actions)),
+                     objects=sum(len(a.objects) for a in deletions),
+                     bytes=sum(a.bytes for a in deletions))

@@ -1,0 +1,417 @@
+"""Migration from the old rsync layout, described per harness by ``[[migrate]]`` steps.
+
+Owns `syncengine migrate`, which does what the design's container entrypoint
+did before its first ``restore``: it creates every adapter's live and durable
+directory, then runs each adapter's steps (config.MigrateStep; README
+"Migrating from the rsync layout").  Each step is *planned* by looking at the
+disk, giving frozen actions with a readable line each; a dry run prints them,
+a real run executes them under the state lock.  Nothing is ever deleted:
+legacy directories are copied and kept (or renamed to a rollback name that is
+free), cache files are moved into quarantine, only a symlink is unlinked or
+replaced (``ln -sfn``: never a real directory or file).  When an action of a
+step fails, the step's later renames and links are not done, so the next run
+copies again from the same place.  Copies follow
+restore's rule (`plan.plan_restore_entry`): an equal or newer destination is
+left alone, which is also what makes a second run a no-op.  Files copied into
+a checkpoint are recorded in its manifest (a base including what was already
+there when the checkpoint had no manifest, else a delta), and the adapter's
+local index is dropped so it is rebuilt from that manifest.
+
+Open files (``snapshot_open``) are copied by `syncengine.restore.openfiles`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+
+from syncengine.config import AdapterSpec, MigrateStep
+from syncengine.copier import upload
+from syncengine.durable import manifest
+from syncengine.durable.manifest import Entry
+from syncengine.durable.posix import savefile
+from syncengine.durable.posix.store import Store
+from syncengine.errors import DurableError, SourceError, durable_error
+from syncengine.local.lock import StateLock
+from syncengine.patterns import Matcher, compile_patterns, database_patterns
+from syncengine.plan import Fetch, LocalState, MakeLink, plan_restore_entry
+from syncengine.restore import openfiles
+from syncengine.restore.openfiles import SnapshotOpen
+
+if TYPE_CHECKING:
+    from syncengine.engine import Engine
+
+
+
+@attrs.frozen
+class MakeDir:
+    """Create an adapter's live or durable directory (and its parents)."""
+
+    path: Path
+
+    def __str__(self) -> str:
+        return f"create directory {self.path}"
+
+
+@attrs.frozen
+class Unlink:
+    """Remove a symlink (never what it points to)."""
+
+    path: Path
+    target: str
+    durable: bool = False  # on the durable side: through the Store
+    then_mkdir: bool = False  # create a directory in its place
+
+    def __str__(self) -> str:
+        then = "; create the directory" if self.then_mkdir else ""
+        return f"unlink symlink {self.path} -> {self.target}{then}"
+
+
+@attrs.frozen
+class Link:
+    """Make `path` a symlink to `target` (`ln -sfn`: a symlink there is replaced)."""
+
+    path: Path
+    target: Path
+    replaces: str | None = None  # the old link's target, if one is there
+
+    def __str__(self) -> str:
+        old = f" (replaces the link to {self.replaces})" if self.replaces is not None else ""
+        return f"link {self.path} -> {self.target}{old}"
+
+
+@attrs.frozen
+class Copy:
+    """Copy one legacy file (or record one symlink) into a checkpoint."""
+
+    adapter: str
+    src_root: Path
+    rel: str
+    dest: str  # relative to the adapter's durable checkpoint
+    listed: bool  # recorded in the manifest (False: a raw SQLite file, for restore's fallback)
+    reason: str
+    link_target: str | None = None
+    mtime_ns: int = 0
+
+    def __str__(self) -> str:
+        what = f"link -> {self.link_target}" if self.link_target is not None else self.reason
+        return f"copy {self.src_root}/{self.rel} -> {self.adapter}:{self.dest} ({what})"
+
+
+@attrs.frozen
+class Move:
+    """Rename a legacy directory or a cache file to a free name beside or below it."""
+
+    store: Path
+    rel: str
+    new_rel: str
+
+    def __str__(self) -> str:
+        return f"rename {self.store}/{self.rel} -> {self.store}/{self.new_rel}"
+
+
+@attrs.frozen
+class Note:
+    """A step with nothing to do, and why."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+Action = MakeDir | Unlink | Link | Copy | Move | SnapshotOpen | Note
+
+
+@attrs.frozen
+class MigrateReport:
+    lines: tuple[str, ...]
+    changes: int
+    errors: tuple[str, ...]
+    dry_run: bool
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.errors else 0
+
+
+# -- planning ---------------------------------------------------------------
+
+
+class _NoHome(Exception):
+    """A step names {home} and HOME is not set."""
+
+
+def _expand(text: str, engine: Engine, spec: AdapterSpec, source: Path | None = None) -> Path:
+    cfg = engine.config
+    if "{home}" in text and cfg.home is None:
+        raise _NoHome(text)
+    for key, value in (("{durable_root}", cfg.durable_root), ("{local_root}", cfg.local_root),
+                       ("{durable}", spec.durable), ("{live}", spec.live),
+                       ("{home}", cfg.home or ""), ("{from}", source or "")):
+        text = text.replace(key, os.fspath(value))
+    return Path(os.path.normpath(text))
+
+
+def plan_dirs(spec: AdapterSpec) -> list[Action]:
+    """The design entrypoint's first step: every live and durable directory exists."""
+    return [MakeDir(p) for p in (spec.live, spec.durable) if not os.path.isdir(p)]
+
+
+def plan_step(engine: Engine, spec: AdapterSpec, step: MigrateStep, now_ns: int
+              ) -> list[Action]:
+    """The actions of one step, decided against the disk as it is now."""
+    try:
+        if step.action == "unlink_symlink":
+            return _plan_unlink(engine, spec, step)
+        if step.action == "copy_tree":
+            return _plan_copy_tree(engine, spec, step, now_ns)
+    except _NoHome as exc:
+        return [Note(f"{spec.name}: {step.action} {exc}: HOME is not set (environment "
+                     "variable HOME or config key home): skipped")]
+    if step.action == "quarantine":
+        return _plan_quarantine(spec, step, now_ns)
+    return [Note(a) if isinstance(a, str) else a for a in openfiles.plan(spec, step)]
+
+
+def _plan_unlink(engine: Engine, spec: AdapterSpec, step: MigrateStep) -> list[Action]:
+    path = spec.live / step.path
+    try:
+        target = os.readlink(path)
+    except (FileNotFoundError, OSError):
+        return [Note(f"{spec.name}: {path} is not a symlink: nothing to unlink")]
+    if step.target:
+        want = _expand(step.target, engine, spec)
+        if Path(os.path.normpath(path.parent / target)) != want:
+            return [Note(f"{spec.name}: {path} -> {target} is not the old link to {want}: "
+                         "left alone")]
+    return [Unlink(path, target, then_mkdir=True)]
+
+
+def _db_matcher(spec: AdapterSpec) -> Matcher:
+    return compile_patterns(database_patterns(spec.sqlite), where="sqlite")
+
+
+def _plan_copy_tree(engine: Engine, spec: AdapterSpec, step: MigrateStep, now_ns: int
+                    ) -> list[Action]:
+    src = _expand(step.source, engine, spec)
+    link_to = _expand(step.link_to, engine, spec, src) if step.link_to else None
+    try:
+        st = os.lstat(src)
+    except FileNotFoundError:
+        return [Note(f"{spec.name}: nothing at {src}: nothing to copy"),
+                *([Link(src, link_to)] if link_to else [])]
+    if stat.S_ISLNK(st.st_mode):
+        if link_to:
+            return [_relink(spec, src, link_to)]
+        if step.if_symlink == "unlink":
+            return [Unlink(src, os.readlink(src), durable=True)]
+        return [Note(f"{spec.name}: {src} is a symlink: skipped")]
+    if not stat.S_ISDIR(st.st_mode):
+        return [Note(f"{spec.name}: {src} is not a directory: skipped")]
+    store = Store(spec.durable)
+    entries = manifest.load(store).entries if store.exists() else {}
+    excluded = compile_patterns(spec.exclude, where=f"adapter {spec.name!r} exclude")
+    dbs = _db_matcher(spec)
+    actions: list[Action] = []
+    for rel, fst in sorted(Store(src).walk()):
+        dest = f"{step.to.strip('/')}/{rel}" if step.to.strip("/") else rel
+        raw_db = dbs.excluded(dest, False)
+        if not raw_db and excluded.excluded(dest, False):
+            continue
+        link = os.readlink(src / rel) if stat.S_ISLNK(fst.st_mode) else None
+        if link is not None and raw_db:
+            continue
+        kind = "symlink" if link is not None else "file"
+        entry = Entry(dest, kind, fst.st_size, fst.st_mtime_ns, fst.st_mode & 0o7777,
+                      target=link)
+        decision = plan_restore_entry(entry, _dest_state(store, entries.get(dest), dest),
+                                      unsafe=None)
+        if isinstance(decision, (Fetch, MakeLink)):
+            actions.append(Copy(spec.name, src, rel, dest, not raw_db, decision.reason,
+                                link, fst.st_mtime_ns))
+    if step.rename_to:
+        new = _expand(step.rename_to, engine, spec, src)
+        if new.parent != src.parent:
+            return [*actions, Note(f"{spec.name}: rename_to {new} must stay beside {src}")]
+        if os.path.lexists(new):  # the rollback name is taken: a timestamped one
+            stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(now_ns / 1e9))
+            new = new.with_name(f"{new.name}.{stamp}")
+        actions.append(Move(src.parent, src.name, new.name))
+        if link_to:
+            actions.append(Link(src, link_to))
+    return actions or [Note(f"{spec.name}: {src} already copied: nothing to do")]
+
+
+def _relink(spec: AdapterSpec, path: Path, target: Path) -> Action:
+    old = os.readlink(path)
+    if Path(os.path.normpath(path.parent / old)) == target:
+        return Note(f"{spec.name}: {path} -> {target} already linked: nothing to do")
+    return Link(path, target, replaces=old)
+
+
+def _dest_state(store: Store, entry: Entry | None, dest: str) -> LocalState | None:
+    """The destination as restore's rule sees it: the manifest entry, else the object."""
+    if entry is not None:
+        return LocalState(entry.kind if entry.kind == "symlink" else "file", entry.size,
+                          entry.mtime_ns)
+    st = store.stat(dest)
+    if st is None:
+        return None
+    return LocalState("file" if stat.S_ISREG(st.st_mode) else "other", st.st_size,
+                      st.st_mtime_ns)
+
+
+def _plan_quarantine(spec: AdapterSpec, step: MigrateStep, now_ns: int) -> list[Action]:
+    import fnmatch
+
+    store = Store(spec.durable)
+    to = step.to.strip("/")
+    actions: list[Action] = []
+    for name in store.listdir(""):
+        st = store.stat(name)
+        if st is None or not stat.S_ISREG(st.st_mode):
+            continue
+        if any(fnmatch.fnmatchcase(name, p) for p in step.patterns):
+            new = f"{to}/{name}"
+            if store.stat(new) is not None:
+                new = f"{new}.{now_ns}"
+            actions.append(Move(spec.durable, name, new))
+    return actions or [Note(f"{spec.name}: no {' '.join(step.patterns)} in {spec.durable}: "
+                            "nothing to quarantine")]
+
+
+# -- doing --------------------------------------------------------------------
+
+
+def run(engine: Engine, *, dry_run: bool) -> MigrateReport:
+    """Plan every adapter's steps; unless `dry_run`, execute them under the state lock."""
+    lines: list[str] = []
+    errors: list[str] = []
+    changes = 0
+    lock = StateLock(engine.config.state_dir, wait=True)
+    if not dry_run:
+        lock.acquire()
+    try:
+        for spec in engine.config.adapters:
+            copied: list[Entry] = []
+            for step in (None, *spec.migrate):
+                try:
+                    actions = (plan_dirs(spec) if step is None else
+                               plan_step(engine, spec, step, engine.clock()))
+                except DurableError as exc:
+                    errors.append(f"{spec.name}: {getattr(step, 'action', 'mkdir')}: {exc}")
+                    continue
+                failed = False
+                for action in actions:
+                    if isinstance(action, Note):
+                        lines.append(str(action))
+                        continue
+                    changes += 1
+                    if dry_run:
+                        lines.append(f"would {action}")
+                        continue
+                    if failed and isinstance(action, Move | Link):
+                        errors.append(f"not done: {action}: an earlier action of this step "
+                                      "failed (the next run copies again from there)")
+                        continue
+                    try:
+                        entry = _execute(engine, spec, action)
+                    except (DurableError, SourceError, OSError) as exc:
+                        errors.append(f"{action}: {exc}")
+                        failed = True
+                        continue
+                    lines.append(f"done: {action}")
+                    if entry is not None:
+                        copied.append(entry)
+            if copied:
+                try:
+                    lines.append(_record(engine, spec, copied))
+                except DurableError as exc:
+                    errors.append(f"{spec.name}: manifest: {exc}")
+    finally:
+        lock.release()
+    if not changes:
+        lines.append("migrate: nothing to do (already migrated)")
+    else:
+        lines.append(f"migrate: {changes} change(s){' planned (dry run)' if dry_run else ''}")
+    return MigrateReport(tuple(lines), changes, tuple(errors), dry_run)
+
+
+def _execute(engine: Engine, spec: AdapterSpec, action: Action) -> Entry | None:
+    if isinstance(action, MakeDir):
+        os.makedirs(action.path, mode=0o700, exist_ok=True)
+    elif isinstance(action, Unlink):  # the symlink itself; its target is never touched
+        if action.durable:
+            Store(action.path.parent).delete(action.path.name)
+        else:
+            os.unlink(action.path)
+        if action.then_mkdir:
+            os.makedirs(action.path, mode=0o700, exist_ok=True)
+    elif isinstance(action, Link):
+        _link(action)
+    elif isinstance(action, Move):
+        Store(action.store).rename_new(action.rel, action.new_rel)
+    elif isinstance(action, SnapshotOpen):
+        openfiles.snapshot(engine.writable_store(spec.durable), action, engine.clock())
+    elif isinstance(action, Copy):
+        if action.link_target is not None:
+            return Entry(action.dest, "symlink", mtime_ns=action.mtime_ns,
+                         target=action.link_target)
+        c = upload(engine.writable_store(spec.durable), os.fspath(action.src_root), action.rel,
+                   known_hash=None, known_size=None, dest=action.dest)
+        if action.listed:
+            return Entry(action.dest, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64,
+                         object=c.object)
+    return None
+
+
+def _link(action: Link) -> None:
+    """`ln -sfn`, but a real directory or file at the path is never replaced."""
+    path = action.path
+    if os.path.lexists(path) and not path.is_symlink():
+        raise SourceError(os.fspath(path), "link", "a real file or directory is there: not "
+                          "replaced; move it away (it is the harness's old data) and run "
+                          "migrate again")
+    os.makedirs(path.parent, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        savefile.place_symlink(os.fspath(action.target), path.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _record(engine: Engine, spec: AdapterSpec, copied: list[Entry]) -> str:
+    """Record migrated files in the checkpoint's manifest; drop the (cached) index."""
+    store = Store(spec.durable)
+    mstate = manifest.load(store)
+    seq = mstate.last_seq + 1
+    entries: dict[str, Entry] = {}
+    kind = "delta"
+    if not mstate.last_seq:  # no manifest yet: the base also lists what was already there
+        kind = "base"
+        excluded = compile_patterns(spec.exclude, where=f"adapter {spec.name!r} exclude")
+        dbs = _db_matcher(spec)
+        for rel, st in store.walk():
+            if excluded.excluded(rel, False) or dbs.excluded(rel, False):
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                entries[rel] = Entry(rel, "symlink", mtime_ns=st.st_mtime_ns,
+                                     target=os.readlink(store.root / rel))
+            else:
+                entries[rel] = Entry(rel, "file", st.st_size, st.st_mtime_ns,
+                                     st.st_mode & 0o7777)
+    entries.update((e.path, e) for e in copied)
+    store.barrier()
+    name = manifest.write(store, spec.name, seq, kind, entries.values(), created_ns=engine.clock())
+    index_path = engine.adapter_state(spec, seed=False).index_path
+    try:
+        index_path.unlink(missing_ok=True)
+    except OSError as exc:
+        raise durable_error("remove the local index", index_path, exc) from exc
+    return f"done: recorded {len(copied)} migrated path(s) in {spec.name}:{name}"

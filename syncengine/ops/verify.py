@@ -1,0 +1,380 @@
+"""Verify: check the durable side against the manifest, trusting neither.
+
+Owns `syncengine verify`.  Per adapter: every manifest entry's object exists
+with the recorded size (for a segment chain, every object of the chain as
+restore resolves it, with its length;
+for a SQLite snapshot, the snapshot); a deterministic sample (seeded by the
+manifest's sequence number, so a rerun checks the same paths and
+``sample=100`` checks all) is read back and hashed (a chain is rebuilt and
+hashed as restore would); every SQLite snapshot is copied to a local temp
+file and checked as checkpoint and restore check it (`sqlite_check`: corrupt
+is a problem, "could not check" a note; SQLite is never opened on the mount);
+files on the durable side that no entry names are listed, and fail the run
+only when `strict`.  A copy that differs from its entry is judged by the rule
+restore uses (`recorded.judge`): a newer complete version left by an
+interrupted checkpoint is a note, anything else a problem.  Manifest objects
+restore could not use and invalid entries are problems too: verify fails
+where restore would be incomplete.  So is a durable side *behind* this
+machine's index (behind.py): a manifest that ends before the object the
+index recorded, or an object a write-back mount acknowledged and the bucket
+does not hold; the index is read before the manifest, so a checkpoint
+running meanwhile cannot look like one.
+
+Resumable: progress (the manifest sequence, the sample, the last path
+checked in sorted order, the problems so far) is saved in
+``<state_dir>/verify/<adapter>.json`` every few hundred entries and when a
+run stops at its `limit`; the next run continues after that path unless the
+manifest changed or `restart` is asked.  A finished adapter removes its file.
+It never writes to the durable side and does not take the state lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import xxhash
+
+from syncengine.checkpoint import sqlite
+from syncengine.checkpoint.execute import staging_marker
+from syncengine.copier import stream
+from syncengine.durable import chain, manifest, recorded
+from syncengine.durable.manifest import Entry
+from syncengine.durable.posix import savefile
+from syncengine.durable.posix.safepath import DirCache, UnsafePath
+from syncengine.durable.posix.store import MANIFEST_DIR, Store
+from syncengine.errors import DurableError, SourceError
+from syncengine.local import behind
+from syncengine.local.index import Index
+from syncengine.local.status import index_path
+from syncengine.progress import SILENT, Reporter
+from syncengine.sqlite_check import UNCHECKED, CheckFailed
+
+log = logging.getLogger("syncengine")
+SAVE_EVERY = 500  # entries between progress saves
+
+
+@attrs.frozen
+class Problem:
+    """One thing wrong on the durable side, named by path."""
+
+    adapter: str
+    path: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.adapter}: {self.path}: {self.what}"
+
+
+@attrs.frozen
+class AdapterVerify:
+    """What verify found for one adapter."""
+
+    name: str
+    seq: int = 0
+    entries: int = 0
+    checked: int = 0  # entries whose objects were checked (this run and resumed ones)
+    hashed: int = 0  # entries read back and hashed
+    bytes_read: int = 0
+    problems: tuple[Problem, ...] = ()
+    unlisted: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # unreadable manifest objects skipped, unknown kinds
+    complete: bool = True  # False: stopped at the limit; run again to continue
+    resumed_after: str | None = None
+    fatal: str | None = None
+
+
+@attrs.frozen
+class VerifyReport:
+    adapters: tuple[AdapterVerify, ...]
+    sample: float
+    strict: bool
+
+    @property
+    def ok(self) -> bool:
+        return all(not a.problems and a.fatal is None and not (self.strict and a.unlisted)
+                   for a in self.adapters)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "sample": self.sample, "strict": self.strict,
+                "adapters": [{**attrs.asdict(a, recurse=False),
+                              "problems": [attrs.asdict(p) for p in a.problems],
+                              "unlisted": list(a.unlisted), "notes": list(a.notes)}
+                             for a in self.adapters]}
+
+    def lines(self) -> list[str]:
+        out = []
+        for a in self.adapters:
+            if a.fatal:
+                out.append(f"{a.name}: FAILED: {a.fatal}")
+                continue
+            out.extend(f"PROBLEM {p}" for p in a.problems)
+            out.extend(f"{'PROBLEM' if self.strict else 'unlisted'} {a.name}: {u}: "
+                       "on the durable side but in no manifest entry" for u in a.unlisted)
+            out.extend(f"note {a.name}: {n}" for n in a.notes)
+            state = "" if a.complete else " (stopped at the limit: run again to continue)"
+            resumed = f", resumed after {a.resumed_after}" if a.resumed_after else ""
+            out.append(f"{a.name}: manifest seq {a.seq}, {a.entries} entries, {a.checked} "
+                       f"checked, {a.hashed} read back ({a.bytes_read} bytes){resumed}; "
+                       f"{len(a.problems)} problem(s), {len(a.unlisted)} unlisted{state}")
+        out.append("verify: OK" if self.ok else "verify: PROBLEMS FOUND")
+        return out
+
+
+def sampled(path: str, seq: int, percent: float) -> bool:
+    """Whether `path` is in the read-back sample (deterministic for one manifest seq)."""
+    if percent >= 100:
+        return True
+    return xxhash.xxh3_64_intdigest(path.encode(), seed=seq) % 10000 < percent * 100
+
+
+@attrs.define
+class _Progress:
+    seq: int
+    sample: float
+    cursor: str = ""
+    checked: int = 0
+    hashed: int = 0
+    bytes_read: int = 0
+    problems: list[list[str]] = attrs.field(factory=list)
+
+    @classmethod
+    def load(cls, path: Path) -> _Progress | None:
+        try:
+            data = json.loads(path.read_bytes())
+            return cls(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def save(self, path: Path) -> None:
+        savefile.write_file(path, json.dumps(attrs.asdict(self)).encode(), fsync=False)
+
+
+def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
+                   restart: bool = False, limit: int | None = None,
+                   progress: Reporter = SILENT) -> AdapterVerify:
+    """Check one adapter's durable side; see the module docstring."""
+    progress_path = state_dir / "verify" / f"{name}.json"
+    index = Index.load(index_path(state_dir, name))  # first: a pass saves it after the manifest
+    if not store.exists():
+        lost = tuple(_behind(name, store, index, 0))
+        return AdapterVerify(name, problems=lost, notes=() if lost else (
+            "no durable checkpoint yet",))
+    state = manifest.load(store)
+    entries = sorted(state.entries.values(), key=lambda e: e.path)
+    old = None if restart else _Progress.load(progress_path)
+    if old is not None and (old.seq != state.last_seq or old.sample != sample):
+        old = None  # the manifest changed (or the sample): start over
+    prog = old or _Progress(state.last_seq, sample)
+    resumed = prog.cursor or None
+    todo = [e for e in entries if e.path > prog.cursor] if prog.cursor else entries
+    problems = [Problem(name, p, w) for p, w in prog.problems]
+    if not resumed:  # what the manifest itself lost, and entries nothing can restore
+        problems += [Problem(name, MANIFEST_DIR, p) for p in state.problems]
+        problems += [Problem(name, e.path, e.problem or "") for e in state.invalid.values()]
+        problems += _behind(name, store, index, state.last_seq)
+    notes = [f"manifest: {w}" for w in state.warnings]
+    check = _Checker(store, state_dir, notes, _Unrecorded(
+        staging_marker(state_dir, name), index_path(state_dir, name), state.last_seq))
+    done = 0
+    meter = progress.start("verify", name, len(todo), sum(
+        e.size for e in todo if sampled(e.path, state.last_seq, sample)))
+    with store.reader() as durable:
+        for entry in todo:
+            if limit is not None and done >= limit:
+                meter.finish()
+                prog.problems = [[p.path, p.what] for p in problems]
+                prog.save(progress_path)
+                return AdapterVerify(name, state.last_seq, len(entries), prog.checked,
+                                     prog.hashed, prog.bytes_read, tuple(problems), (),
+                                     tuple(notes), complete=False, resumed_after=resumed)
+            found, read = check.entry(durable, entry, sampled(entry.path, state.last_seq, sample))
+            problems.extend(Problem(name, entry.path, w) for w in found)
+            prog.checked += 1
+            prog.hashed += read is not None
+            prog.bytes_read += read or 0
+            prog.cursor = entry.path
+            done += 1
+            meter.advance(1, read or 0)
+            if done % SAVE_EVERY == 0:
+                prog.problems = [[p.path, p.what] for p in problems]
+                prog.save(progress_path)
+    meter.finish()
+    unlisted = tuple(unlisted_files(store, [*state.entries.values(), *state.invalid.values()]))
+    if unlisted and not state.last_seq:
+        notes.append("no manifest yet (old layout): files stay unlisted until a checkpoint")
+    progress_path.unlink(missing_ok=True)
+    return AdapterVerify(name, state.last_seq, len(entries), prog.checked, prog.hashed,
+                         prog.bytes_read, tuple(problems), unlisted, tuple(notes),
+                         resumed_after=resumed)
+
+
+def _behind(name: str, store: Store, index: Index | None, last_seq: int) -> list[Problem]:
+    """The durable side lacks what this machine's index records as published."""
+    if index is None:
+        return []
+    fix = ("the durable side is behind this machine's index (a write-back mount that lost "
+           "its uploads?); run `syncengine checkpoint`: it publishes it again")
+    seq = int(index.meta.get("manifest_seq", 0))
+    out = []
+    if seq > last_seq:
+        out.append(Problem(name, MANIFEST_DIR, f"the newest manifest object is {last_seq:012d}, "
+                           f"the local index recorded {seq:012d}: {fix}"))
+    for path, what in behind.audit(store, index, None).missing.items():
+        out.append(Problem(name, path, f"{what}: {fix}"))
+    return out
+
+
+def unlisted_files(store: Store, entries: Iterable[Entry]) -> list[str]:
+    """Durable files (outside ``.syncengine/``) that no manifest entry names."""
+    listed = set()
+    for e in entries:
+        listed.add(e.path)
+        listed.add(e.location)
+    return sorted(rel for rel, _ in store.walk() if rel not in listed)
+
+
+def _size_problem(st: os.stat_result | None, size: int, what: str) -> str | None:
+    if st is None:
+        return f"{what} is missing on the durable side"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{what} is not a regular file on the durable side"
+    if size >= 0 and st.st_size != size:
+        how = "truncated" if st.st_size < size else "larger"
+        return f"{what} has {st.st_size} bytes, the manifest says {size} ({how})"
+    return None
+
+
+def _check_chain(store: Store, durable: DirCache, entry: Entry, sample: bool,
+                 notes: list[str]) -> tuple[list[str], int | None]:
+    resolved = chain.load(durable, entry)  # the objects restore would use, or SourceError
+    out = []
+    for i, piece in enumerate(resolved.pieces):
+        st = store.stat(piece.name)
+        problem = _size_problem(st, piece.length, f"segment {piece.name}")
+        torn = st is not None and st.st_size < piece.length and i == len(resolved.pieces) - 1
+        if problem and torn and i >= resolved.recorded:
+            notes.append(f"{entry.path}: last segment {piece.label} is cut short and no "
+                         "manifest lists it (a killed publish): restore ends before it")
+        elif problem:
+            out.append(problem)
+    if out or not sample:
+        return out, None
+    read, _ = chain.read(resolved, durable, None)
+    return [], read.size
+@attrs.define
+class _Unrecorded:
+    """`recorded.unrecorded_possible` for verify, asked only when a copy differs; asked
+    again each time until it is yes, since a checkpoint may run while verify reads."""
+
+    marker: Path
+    index_path: Path
+    seq: int
+    known: bool = False
+
+    def __call__(self) -> bool:
+        if not self.known:
+            self.known = recorded.unrecorded_possible(self.marker, self._meta, self.seq)
+        return self.known
+
+    def _meta(self) -> dict[str, Any]:
+        index = Index.load(self.index_path)
+        return index.meta if index is not None else {}
+
+
+@attrs.frozen
+class _Checker:
+    """Checks one adapter's entries (problems returned, notes appended)."""
+
+    store: Store
+    state_dir: Path
+    notes: list[str]
+    unrecorded: _Unrecorded
+
+    def entry(self, durable: DirCache, entry: Entry, sample: bool
+              ) -> tuple[list[str], int | None]:
+        """(problems, bytes read back or None) for one manifest entry."""
+        try:
+            if entry.kind in ("symlink", "dir"):
+                return [], None  # recorded in the manifest only: no durable object
+            if entry.kind == "segments":
+                return _check_chain(self.store, durable, entry, sample, self.notes)
+            if entry.kind == "file":
+                return self._file(durable, entry, sample)
+            if entry.kind == "sqlite":
+                return self._sqlite(durable, entry)
+        except UnsafePath as exc:
+            return [f"unsafe name in the manifest ({exc.reason})"], None
+        except SourceError as exc:
+            return [exc.reason], None
+        except OSError as exc:
+            return [f"cannot read: {exc.strerror or exc}"], None
+        self.notes.append(f"{entry.path}: kind {entry.kind!r} not known to this version, "
+                          "not checked")
+        return [], None
+
+    def _judged(self, entry: Entry, what: str, size: int, st: os.stat_result,
+                digest: int | None) -> list[str]:
+        verdict = recorded.judge(entry, size, st.st_mtime_ns, digest,
+                                 unrecorded=self.unrecorded)
+        if verdict.newer:
+            self.notes.append(f"{entry.path}: {what} is a newer complete version than the "
+                              "manifest records (an interrupted checkpoint); restore takes it "
+                              "and the next checkpoint records it")
+        return [f"{what} {verdict.problem}"] if verdict.problem else []
+
+    def _file(self, durable: DirCache, entry: Entry, sample: bool
+              ) -> tuple[list[str], int | None]:
+        st = self.store.stat(entry.location)
+        problem = _size_problem(st, -1, entry.location)
+        if problem or st is None:
+            return [problem or ""], None
+        if not sample:
+            return self._judged(entry, entry.location, st.st_size, st, None), None
+        fd = durable.open_file(entry.location)
+        try:
+            n, h = stream(fd, None, None, src_name=entry.location)
+        finally:
+            os.close(fd)
+        return self._judged(entry, entry.location, n, st, h), n
+
+    def _sqlite(self, durable: DirCache, entry: Entry) -> tuple[list[str], int | None]:
+        """The same check as checkpoint and restore: ``unchecked`` is a note, not a problem."""
+        where = f"snapshot {entry.location}"
+        st = self.store.stat(entry.location)
+        problem = _size_problem(st, -1, where)
+        if problem or st is None:
+            return [problem or ""], None
+        try:
+            n, h, verdict = sqlite.check_durable_copy(durable, entry.location,
+                                                      self.state_dir / "verify")
+        except CheckFailed as exc:
+            return [f"{where}: could not be checked: {exc}"], None
+        out = [f"{where}: fails quick_check ({verdict.detail})"] if verdict.corrupt else []
+        if verdict.state == UNCHECKED:
+            self.notes.append(verdict.message(where))
+        return out + self._judged(entry, where, n, st, h), n
+
+
+def verify(adapters: Mapping[str, Store], state_dir: Path, *, sample: float = 10.0,
+           strict: bool = False, restart: bool = False, limit: int | None = None,
+           progress: Reporter = SILENT) -> VerifyReport:
+    """Verify each named store; a failing durable side stops only that adapter."""
+    results = []
+    for name, store in adapters.items():
+        try:
+            results.append(verify_adapter(name, store, state_dir, sample=sample,
+                                          restart=restart, limit=limit, progress=progress))
+        except DurableError as exc:
+            results.append(AdapterVerify(name, fatal=str(exc)))
+    return VerifyReport(tuple(results), sample, strict)

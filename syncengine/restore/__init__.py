@@ -1,0 +1,1 @@
+"""Doing a restore: the executor, placing entries, SQLite databases and open files."""

@@ -1,0 +1,392 @@
+"""Doing a restore of one adapter: fill the live tree from the durable one.
+
+Owns reading the durable side's list of entries (the manifest; a walk of the
+tree only for state written by the old rsync layout, which has none) and
+carrying out the restore plan: missing or older local files are copied in as
+closed temp files renamed into place, with their recorded mode and mtime
+(fetch.py places each one); newer local files are kept (a hot restart);
+nothing is ever written outside the live root.  A restore reports success only
+when it can vouch for the result: an unreadable manifest object (manifest.py),
+an invalid entry, a copy that differs from its record and is not a newer
+complete version (recorded.py), a database it cannot validate, each makes it
+incomplete.  Afterwards the index knows every restored file, so the next
+checkpoint uploads only what differs.
+
+Directories recorded in the manifest (``dir`` entries, empty or not) that are
+missing locally are made first, with their recorded mode, except a mode that
+would keep restore out (the owner lacks read, write or search, e.g. 0500):
+that one is set last, deepest first, after everything inside is placed.  A
+mode is never wider than recorded and never setuid, setgid or sticky (the
+plan drops those bits, logging ``restore.mode-dropped``).  A directory that
+exists locally keeps its mode (invariant 5: on a hot restart the local tree is
+the newer state; nothing records when a directory's mode changed), and the
+next checkpoint records it.  Parents that no entry names (an older manifest)
+are made owner-only, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Callable, Generator, Iterable, Iterator
+from contextlib import closing, contextmanager
+from typing import Any
+
+from syncengine.checkpoint import execute as checkpoint
+from syncengine.checkpoint import segments
+from syncengine.checkpoint.execute import AdapterState
+from syncengine.copier import Vanished, in_order
+from syncengine.durable import manifest, recorded
+from syncengine.durable.manifest import Entry
+from syncengine.durable.posix.safepath import DirCache, UnsafePath, check_relpath
+from syncengine.durable.posix.store import Store
+from syncengine.errors import DurableError, SourceError
+from syncengine.local.index import DIRTY, Index
+from syncengine.plan import (
+    Fetch,
+    KeepLocal,
+    MakeDir,
+    MakeLink,
+    Reject,
+    RestoreAction,
+    RestoreDB,
+    plan_restore_entry,
+    without_special_bits,
+)
+from syncengine.progress import SILENT, Reporter
+from syncengine.report import AdapterReport, PathError
+from syncengine.restore import openfiles
+from syncengine.restore import sqlite as sqlite_restore
+from syncengine.restore.fetch import Done, fetch_file, fetch_log, local_state, make_dir, make_link
+from syncengine.walk import forked
+
+log = logging.getLogger("syncengine")
+KINDS = frozenset({"file", "symlink", "segments", "dir"})
+
+
+def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str], str]:
+    """(entries, problems, source) from the manifest, else from a walk of the tree.
+
+    Entries the manifest holds but cannot use come back as `manifest.INVALID`
+    placeholders (the plan refuses each, naming it).  Also tells the index
+    where the manifest's sequence stands, so the next checkpoint continues it
+    instead of reusing a name (a full base after a torn object).
+    """
+    state = manifest.load(store)
+    if state.last_seq > int(index.meta.get("manifest_seq", 0)):
+        index.meta.update(manifest_seq=state.last_seq, base_seq=state.base_seq,
+                          deltas=state.deltas_since_base)
+        index.changed = True
+    for warning in state.warnings:
+        log.warning("manifest.warning %s", warning)
+    if state.readable or state.problems:
+        entries = openfiles.reconcile(store, state.entries.values())
+        return entries + list(state.invalid.values()), list(state.problems), "manifest"
+    entries = []
+    for rel, st in store.walk():
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                target = os.readlink(store.root / rel)
+            except FileNotFoundError:
+                log.info("restore.vanished path=%s: gone from the durable tree (old layout, no "
+                         "manifest) since it was listed; skipped", rel)
+                continue
+            except OSError as exc:
+                entries.append(Entry.invalid(rel, f"cannot read the durable symlink: {exc}"))
+                continue
+            entries.append(Entry(rel, "symlink", mtime_ns=st.st_mtime_ns, target=target))
+        else:
+            entries.append(Entry(rel, "file", st.st_size, st.st_mtime_ns, st.st_mode & 0o7777))
+    return openfiles.reconcile(store, entries), list(state.problems), "walk"
+
+
+def plan(state: AdapterState, entries: Iterable[Entry], source: str = "manifest"
+         ) -> list[RestoreAction]:
+    """One action per durable entry, decided against the live tree.
+
+    `source` "walk": the entries come from listing an old-layout tree.
+    """
+    actions: list[RestoreAction] = []
+    entries = [_restorable_mode(e) for e in entries]
+    actions.extend(Reject(e, e.problem) for e in entries if e.problem is not None)
+    entries = [e for e in entries if e.problem is None]
+    entries, databases = sqlite_restore.plan(entries, state.sqlite_patterns, state.live,
+                                             state.store)
+    paths = {e.path for e in entries if e.kind != "dir"}  # a recorded directory is a parent
+    empty = _is_empty(os.fspath(state.live))  # a first start: nothing local to compare
+    with DirCache(state.live, remember_missing=True) as live:
+        for entry in sorted(entries, key=lambda e: e.path):
+            unsafe = None
+            local = None
+            try:
+                check_relpath(entry.path)
+                if _parent_is_entry(entry.path, paths):
+                    # contradictory: restoring both would depend on which copy runs first
+                    raise UnsafePath(entry.path, "plan", "a parent is itself a file or "
+                                     "symlink in the manifest; refused")
+                if entry.object:
+                    check_relpath(entry.object)
+                local = None if empty else local_state(live, entry.path)
+            except UnsafePath as exc:
+                unsafe = exc.reason
+            except FileNotFoundError:
+                local = None
+            except NotADirectoryError:
+                unsafe = "a parent in the live tree is a file"
+            except OSError as exc:
+                unsafe = f"cannot inspect the live path: {exc.strerror}"
+            actions.append(plan_restore_entry(entry, local, unsafe=unsafe, known_kinds=KINDS,
+                                              walked=source == "walk"))
+    actions.extend(databases)
+    return actions
+
+
+def _restorable_mode(entry: Entry) -> Entry:
+    safe = without_special_bits(entry)
+    if safe is not entry:
+        log.warning("restore.mode-dropped path=%s mode=%04o restored=%04o: setuid, setgid and "
+                    "sticky bits from the durable side are never restored", entry.path,
+                    entry.mode, safe.mode)
+    return safe
+
+
+def _is_empty(path: str) -> bool:
+    try:
+        with os.scandir(path) as it:
+            return next(it, None) is None
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # let the per-path checks report it
+
+
+def _parent_is_entry(path: str, paths: set[str]) -> bool:
+    parent = path.rpartition("/")[0]
+    while parent:
+        if parent in paths:
+            return True
+        parent = parent.rpartition("/")[0]
+    return False
+
+
+def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int,
+        progress: Reporter = SILENT) -> AdapterReport:
+    """Carry out a restore plan for one adapter."""
+    errors: list[PathError] = []
+    restored: list[Done] = []
+    counts = {"kept": 0, "links": 0, "skipped": 0, "newer": 0, "dbs": 0, "db_bytes": 0}
+    fatal = None
+    index = state.index
+    fetches = [a for a in actions if isinstance(a, (Fetch, MakeLink))]
+    databases = [a for a in actions if isinstance(a, RestoreDB)]
+    dirs = [a for a in actions if isinstance(a, MakeDir)]
+    made: dict[str, int] = {}
+    unrecorded = recorded.unrecorded_possible(state.staging_marker, lambda: index.meta,
+                                              int(index.meta.get("manifest_seq", 0)))
+    meter = progress.start("restore", state.name, len(fetches),
+                           sum(a.entry.size or 0 for a in fetches))
+    try:
+        with DirCache(state.live, create=True) as live, state.store.reader() as durable, \
+                _dirs_around(state, dirs, live, made, errors), \
+                closing(_execute(fetches, live, durable, jobs, unrecorded)) as results:
+            for action, result in results:
+                meter.advance(1, action.entry.size or 0)
+                _collect(state, action, result, restored, errors, counts)
+            for db in databases:
+                try:
+                    if state.sqlite is None:
+                        raise SourceError(db.entry.path, "restore", "no SQLite options")
+                    outcome = sqlite_restore.restore_db(db, live, durable, state.sqlite,
+                                                        unrecorded=unrecorded)
+                except SourceError as exc:
+                    _failed(state, db.entry.path, exc, errors)
+                    continue
+                sqlite_restore.record(index, db, outcome, state.sqlite_patterns)
+                counts["kept"] += outcome.kept
+                counts["dbs"] += not outcome.kept
+                counts["db_bytes"] += 0 if outcome.kept else outcome.st.st_size
+                counts["newer"] += outcome.newer
+    except DurableError as exc:
+        fatal = str(exc)
+    meter.finish()
+    if counts["newer"]:  # the manifest is behind the durable side: the next pass writes a base
+        checkpoint.mark_unrecorded(state)
+    for other in actions:
+        if isinstance(other, KeepLocal):
+            counts["kept"] += other.entry.kind != "dir"
+            _seed(index, other.entry)
+        elif isinstance(other, Reject):
+            errors.append(PathError(state.name, other.entry.path, "restore", other.reason))
+            log.warning("restore.refused adapter=%s path=%s reason=%s", state.name,
+                        other.entry.path, other.reason)
+    _record(index, restored)
+    for path, mode in made.items():  # as they are now: a mode that could not be set is
+        index.record_dir(path, mode)  # not recorded as the manifest's, so it is kept there
+    if index.changed:
+        index.save(state.index_path)
+    files = [e for e, _, _ in restored if e.kind != "symlink"]
+    return AdapterReport(name=state.name, files=len(files) + counts["dbs"],
+                         bytes=sum(e.size for e in files) + counts["db_bytes"],
+                         kept_local=counts["kept"], links=len(restored) - len(files),
+                         dirs=len(made), skipped=counts["skipped"], errors=tuple(errors),
+                         fatal=fatal)
+
+
+@contextmanager
+def _dirs_around(state: AdapterState, dirs: list[MakeDir], live: DirCache,
+                 made: dict[str, int], errors: list[PathError]) -> Iterator[None]:
+    """Make the missing directories (shallowest first) before the files are placed, and
+    set the modes that would have kept restore out of them after (deepest first: a
+    directory's descendants before it), even when the durable side stopped the run."""
+    _make_dirs(state, sorted(dirs, key=lambda a: a.entry.path), live, made, errors,
+               last=False)
+    try:
+        yield
+    finally:
+        late = [a for a in dirs if a.deferred and a.entry.path in made]
+        _make_dirs(state, sorted(late, key=lambda a: a.entry.path, reverse=True), live, made,
+                   errors, last=True)
+
+
+def _make_dirs(state: AdapterState, dirs: list[MakeDir], live: DirCache,
+               made: dict[str, int], errors: list[PathError], *, last: bool) -> None:
+    for action in dirs:
+        try:
+            made[action.entry.path] = make_dir(action.entry, live,
+                                               set_mode=last or not action.deferred)
+        except SourceError as exc:  # made owner-only, if at all: recorded as it is
+            _failed(state, action.entry.path, exc, errors)
+
+
+def _collect(state: AdapterState, action: Fetch | MakeLink, result: Outcome,
+             restored: list[Done], errors: list[PathError], counts: dict[str, int]) -> None:
+    if isinstance(result, tuple):
+        restored.append(result)
+        counts["newer"] += result[0] is not action.entry and result[0].kind == "file"
+    elif isinstance(result, KeepLocal):  # a log: its chain is not newer
+        counts["kept"] += 1
+        _seed(state.index, result.entry)
+    elif isinstance(result, Vanished):
+        counts["skipped"] += 1
+    else:
+        _failed(state, action.entry.path, result, errors)
+
+
+def _record(index: Index, restored: list[Done]) -> None:
+    """The index learns every placed file, so the next checkpoint uploads none of them."""
+    for entry, st, h in restored:
+        if entry.kind == "segments":
+            segments.seed(index, entry, ino=st.st_ino, size=st.st_size, mtime_ns=st.st_mtime_ns,
+                          ctime_ns=st.st_ctime_ns)
+            continue
+        copy = openfiles.is_copy(entry)  # not at its canonical path yet: publish it next pass
+        index.record(entry.path, size=st.st_size, mtime_ns=st.st_mtime_ns,
+                     ctime_ns=DIRTY if copy else st.st_ctime_ns, hash64=0 if copy else h,
+                     mode=st.st_mode, kind=entry.kind, target=entry.target,
+                     extra=entry.index_extra() or {})
+
+
+def _failed(state: AdapterState, path: str, exc: SourceError, errors: list[PathError]) -> None:
+    errors.append(PathError(state.name, path, exc.operation, exc.reason))
+    log.warning("restore.failed adapter=%s path=%s error=%s", state.name, path, exc.reason)
+
+
+def _seed(index: Index, entry: Entry) -> None:
+    """Tell the index what the durable side holds for a path restore left alone.
+
+    The record is marked dirty, so the next checkpoint hashes the local file
+    and uploads it only if it differs (a newer local file after a hot restart).
+    """
+    rec = index.get(entry.path)
+    if rec is not None and rec.ctime_ns != DIRTY and entry.hash == rec.hash64:
+        return
+    if entry.kind == "dir":  # the durable mode: a different local one is recorded next pass
+        index.record_dir(entry.path, entry.mode)
+    elif entry.kind in ("file", "symlink"):
+        index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns, ctime_ns=DIRTY,
+                     hash64=entry.hash or 0, mode=entry.mode, kind=entry.kind,
+                     target=entry.target, extra=entry.index_extra() or {})
+    elif entry.kind == "segments":
+        segments.seed_kept(index, entry)
+
+
+Outcome = Done | KeepLocal | Vanished | SourceError  # KeepLocal: a log whose chain is not newer
+
+
+def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache, jobs: int,
+             unrecorded: bool) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
+    """Each action's outcome, in order: threads on a mount, processes on a local disk.
+
+    On a mount (`jobs` > 1) copies overlap their round trips in threads.  On a
+    local disk a restore is Python per file: a large one from the one-shot CLI
+    is split into contiguous shares of the (path-sorted) actions, one per
+    core, in forked processes (syncengine.walk.forked).
+    """
+    def one(action: Fetch | MakeLink) -> Outcome:
+        try:
+            if isinstance(action, MakeLink):
+                return make_link(action.entry, live)
+            if action.entry.kind == "segments":
+                return fetch_log(action.entry, live, durable)
+            return fetch_file(action, live, durable, unrecorded=unrecorded)
+        except SourceError as exc:
+            return exc
+
+    n = forked.workers()
+    if jobs > 1 or n < 2 or len(actions) < _FORK_MIN or not forked.can_fork():
+        return in_order(actions, one, jobs=jobs, name="syncengine-restore")
+    return _execute_forked(actions, one, n)
+
+
+_FORK_MIN = 1000  # fewer actions than this: a fork costs more than it saves
+_FILE_COST = 128 << 10  # a file's fixed cost (opens, rename, Python) in bytes copied
+
+
+def _execute_forked(actions: list[Fetch | MakeLink], one: Callable[[Fetch | MakeLink], Outcome],
+                    n: int) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
+    def work(share: list[Fetch | MakeLink]) -> tuple[list[tuple[Any, ...]], str | None]:
+        out: list[tuple[Any, ...]] = []  # picklable, see below
+        for action in share:
+            try:
+                result = one(action)
+            except DurableError as exc:  # stops the run: report it after the rest
+                return out, str(exc)
+            if isinstance(result, SourceError):
+                out.append(("error", result.operation, result.reason))
+            elif isinstance(result, (KeepLocal, Vanished)):
+                out.append(("as is", result))
+            else:  # the entry only when it differs (a log rebuilt to its chain's end)
+                entry = None if result[0] is action.entry else result[0]
+                out.append(("done", entry, result[1], result[2]))
+        return out, None
+
+    shares = _split(actions, n)
+    fatal = None
+    for share, done in zip(shares, forked.fork_map(shares, work), strict=True):
+        if done is None:  # its process failed: do that share here
+            done = work(share)
+        results, fatal = done[0], fatal or done[1]
+        for action, result in zip(share, results, strict=False):  # short after a fatal error
+            if result[0] == "done":
+                yield action, (result[1] or action.entry, result[2], result[3])
+            elif result[0] == "as is":
+                yield action, result[1]
+            else:
+                yield action, SourceError(action.entry.path, result[1], result[2])
+    if fatal is not None:  # after every share's results: what was placed gets recorded
+        raise DurableError(fatal)
+
+
+def _split(actions: list[Fetch | MakeLink], n: int) -> list[list[Fetch | MakeLink]]:
+    """`n` contiguous shares of about equal cost (a file costs its bytes plus a fixed part)."""
+    cost = [_FILE_COST + (a.entry.size or 0) for a in actions]
+    per_share = sum(cost) / n
+    shares: list[list[Fetch | MakeLink]] = [[]]
+    acc = 0.0
+    for action, c in zip(actions, cost, strict=True):
+        if acc >= per_share * len(shares) and len(shares) < n:
+            shares.append([])
+        shares[-1].append(action)
+        acc += c
+    return shares

@@ -1,0 +1,195 @@
+"""Placing one durable entry in the live tree: a file, a log rebuilt from its chain, a link,
+a directory.
+
+Owns the per-entry side of a restore (restore.py plans and runs them).  The
+bytes go to a closed temp file beside the target and are checked against the
+manifest's record (`recorded.judge`, the rule verify uses too) before
+anything is placed; only then is the temp renamed over the target with the
+recorded mode (never setuid, setgid or sticky: the plan dropped them) and
+mtime.  A copy that fails the check leaves the live path as it was and its
+temp file is removed.  Directories are reached through a `DirCache`, never
+following a symlink, so nothing is written outside the live root.  A recorded
+directory is made there too (`make_dir`), owner-only at first, and given its
+recorded mode by descriptor (restore.py decides when).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+
+import attrs
+
+from syncengine.copier import Vanished, link_hash, stream
+from syncengine.durable import chain, recorded
+from syncengine.durable.manifest import Entry
+from syncengine.durable.posix import savefile
+from syncengine.durable.posix.safepath import DirCache, UnsafePath
+from syncengine.errors import DurableError, SourceError, durable_error, source_error
+from syncengine.plan import Fetch, KeepLocal, LocalState, keep_reason
+
+log = logging.getLogger("syncengine")
+Done = tuple[Entry, os.stat_result, int]  # what was placed, its stat, its hash
+
+
+def local_state(live: DirCache, relpath: str) -> LocalState | None:
+    """What is at `relpath` in the live tree (lstat), or None."""
+    try:
+        with live.parent(relpath) as (dir_fd, name):
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(st.st_mode):
+        kind = "file"
+    elif stat.S_ISLNK(st.st_mode):
+        kind = "symlink"
+    elif stat.S_ISDIR(st.st_mode):
+        kind = "dir"
+    else:
+        kind = "other"
+    return LocalState(kind, st.st_size, st.st_mtime_ns, st.st_mode & 0o7777)
+
+
+def fetch_file(action: Fetch, live: DirCache, durable: DirCache, *, unrecorded: bool
+               ) -> Done | Vanished:
+    """Copy one durable file into place, checked; Vanished: an old-layout file gone since
+    the listing (skipped, like rsync's exit 24)."""
+    entry = action.entry
+    where = f"{durable.root}/{entry.location}"
+    try:
+        src = durable.open_file(entry.location)
+    except UnsafePath:
+        raise
+    except FileNotFoundError as exc:
+        if action.walked:
+            log.info("restore.vanished path=%s: gone from the durable tree (old layout, no "
+                     "manifest) since it was listed; skipped", entry.path)
+            return Vanished(entry.path)
+        raise SourceError(entry.path, "restore", f"listed in the manifest but missing on the "
+                          f"durable side ({entry.location})") from exc
+    except OSError as exc:
+        raise durable_error("open", where, exc) from exc
+    try:
+        st = os.fstat(src)
+        if not stat.S_ISREG(st.st_mode):
+            raise SourceError(entry.path, "restore", f"durable object {entry.location} is not "
+                              "a regular file")
+        with live.parent(entry.path) as (dir_fd, name), \
+                savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
+            try:
+                n, h = stream(src, None, tmp.write, src_name=where, dst_name=entry.path)
+            except DurableError as exc:  # here the "durable" side of stream() is the live file
+                raise SourceError(entry.path, "write", str(exc)) from exc
+            placed = entry if action.walked else _checked(entry, n, st, h, unrecorded)
+            tmp.close(mode=entry.mode, mtime_ns=placed.mtime_ns)
+            tmp.publish(name, target_dir_fd=dir_fd)
+            after = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        raise source_error("restore", entry.path, exc) from exc
+    finally:
+        os.close(src)
+    return placed, after, h
+
+
+def _checked(entry: Entry, size: int, st: os.stat_result, digest: int, unrecorded: bool
+             ) -> Entry:
+    """The entry as placed: the recorded one, or a newer complete version (raise if corrupt)."""
+    verdict = recorded.judge(entry, size, st.st_mtime_ns, digest, unrecorded=unrecorded)
+    if verdict.problem is not None:
+        raise SourceError(entry.path, "restore", f"the durable copy {entry.location} "
+                          f"{verdict.problem}; the live path was left as it was")
+    if not verdict.newer:
+        return entry
+    log.warning("restore.newer-than-manifest path=%s: the durable copy is a newer complete "
+                "version than the manifest records (a checkpoint was interrupted before "
+                "recording it); restored with its own mtime", entry.path)
+    return attrs.evolve(entry, size=size, mtime_ns=st.st_mtime_ns, hash=digest)
+
+
+def fetch_log(entry: Entry, live: DirCache, durable: DirCache) -> Done | KeepLocal:
+    """Rebuild an append-only log from its chain, listed here (in the copy pool, so the
+    listings of many logs overlap on a slow mount), and from its plain copy where that
+    extends the chain (chain.py).
+
+    Returns the log as rebuilt, with the chain state the index needs, or
+    KeepLocal when the local copy is as new as what the durable side holds;
+    nothing is placed unless every object verified.
+    """
+    resolved = chain.load(durable, entry)
+    plain = chain.plain_copy(durable, entry, resolved.size)
+    try:
+        keep = _keep_local(entry, resolved, live, plain)
+        if keep is not None:
+            return keep
+        with live.parent(entry.path) as (dir_fd, name), \
+                savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
+            def write(chunk: memoryview) -> None:
+                try:
+                    tmp.write(chunk)
+                except OSError as exc:  # the live side: this file fails, the run goes on
+                    raise source_error("write", entry.path, exc) from exc
+
+            listed = len(resolved.pieces)
+            resolved, h = chain.read(resolved, durable, write)
+            rebuilt = resolved.as_entry(h)
+            grown = chain.extend(durable, entry, resolved.size, h, write) if plain else None
+            if grown is not None:  # the chain's state stays; the index sees the rest as new
+                rebuilt = attrs.evolve(rebuilt, size=grown[0], mtime_ns=max(
+                    grown[1], rebuilt.mtime_ns), extra={**rebuilt.extra, chain.PLAIN: {
+                        "size": grown[0], "hash": f"{grown[2]:016x}"}})
+            elif plain is not None or len(resolved.pieces) < listed:
+                keep = _keep_local(entry, resolved, live, None)  # less than planned: ask again
+                if keep is not None:
+                    return keep
+            tmp.close(mode=entry.mode, mtime_ns=rebuilt.mtime_ns)
+            tmp.publish(name, target_dir_fd=dir_fd)
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except UnsafePath:
+        raise
+    except OSError as exc:
+        raise source_error("restore", entry.path, exc) from exc
+    return rebuilt, st, h
+
+
+def _keep_local(entry: Entry, resolved: chain.Chain, live: DirCache,
+                plain: os.stat_result | None) -> KeepLocal | None:
+    """KeepLocal when the live copy of a log is as new as its chain, or as its plain copy
+    when that is longer (hot restart)."""
+    local = local_state(live, entry.path)
+    if local is None:
+        return None
+    durable = resolved.as_entry()
+    if plain is not None:
+        durable = attrs.evolve(durable, size=plain.st_size, mtime_ns=plain.st_mtime_ns)
+    reason = keep_reason(durable, local)
+    return KeepLocal(entry, reason) if reason is not None else None
+
+
+def make_link(entry: Entry, live: DirCache) -> Done:
+    if not entry.target:
+        raise SourceError(entry.path, "symlink", "the manifest records no target")
+    try:
+        with live.parent(entry.path) as (dir_fd, name):
+            savefile.place_symlink(entry.target, name, dir_fd=dir_fd, mtime_ns=entry.mtime_ns)
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except UnsafePath:
+        raise
+    except OSError as exc:
+        raise source_error("symlink", entry.path, exc) from exc
+    return entry, st, link_hash(entry.target)
+
+
+def make_dir(entry: Entry, live: DirCache, *, set_mode: bool) -> int:
+    """Make the recorded directory `entry` where it is missing (never through a symlink;
+    owner-only, as restore makes every parent) and, with `set_mode`, give it its recorded
+    mode; return the mode it has now."""
+    try:
+        with live.pinned(entry.path) as fd:
+            if set_mode:
+                os.fchmod(fd, entry.mode)
+            return os.fstat(fd).st_mode & 0o7777
+    except UnsafePath:
+        raise
+    except OSError as exc:
+        raise source_error("mkdir", entry.path, exc) from exc
