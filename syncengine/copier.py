@@ -15,6 +15,7 @@ published one is not copied at all.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import threading
@@ -25,8 +26,7 @@ import attrs
 import xxhash
 
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.savefile import Staged
-from syncengine.durable.posix.store import Store
+from syncengine.durable.store import Store, Stream
 from syncengine.errors import DurableError, SourceError, durable_error, source_error
 
 CHUNK = 1 << 20
@@ -79,10 +79,11 @@ def open_source(path: str) -> tuple[int, os.stat_result]:
     return fd, st
 
 
-def stream(src_fd: int, limit: int | None, sink: Callable[[memoryview], object] | None,
+def stream(src: int | Stream, limit: int | None, sink: Callable[[memoryview], object] | None,
            *, src_name: str, dst_name: str = "", hasher: xxhash.xxh3_64 | None = None
            ) -> tuple[int, int]:
-    """Read up to `limit` bytes (None: to EOF), feed `sink`; return (bytes, xxh3_64).
+    """Read up to `limit` bytes (None: to EOF) of a descriptor or a durable object's stream
+    (`Store.open`), feed `sink`; return (bytes, xxh3_64).
 
     With `hasher`, the bytes extend that running hash (the digest returned is
     of everything it has seen).  `sink` must consume each view before it
@@ -93,11 +94,12 @@ def stream(src_fd: int, limit: int | None, sink: Callable[[memoryview], object] 
     view: memoryview | None = getattr(_buffers, "view", None)
     if view is None:
         view = _buffers.view = memoryview(bytearray(CHUNK))
+    readinto = src.readinto if not isinstance(src, int) else functools.partial(_readv, src)
     total = 0
     while limit is None or total < limit:
         want = size if limit is None else min(size, limit - total)
         try:
-            n = os.readv(src_fd, [view[:want]])
+            n = readinto(view[:want]) or 0
         except OSError as exc:
             raise source_error("read", src_name, exc) from exc
         if n == 0:
@@ -111,6 +113,10 @@ def stream(src_fd: int, limit: int | None, sink: Callable[[memoryview], object] 
                 raise durable_error("write", dst_name, exc) from exc
         total += n
     return total, h.intdigest()
+
+
+def _readv(fd: int, view: memoryview) -> int:
+    return os.readv(fd, [view])
 
 
 def in_order(items: Sequence[T], work: Callable[[T], R], *, jobs: int, name: str
@@ -204,12 +210,11 @@ def upload(store: Store, live_root: str, relpath: str, *, known_hash: int | None
                 return Copied(False, st.st_size, known_hash, st.st_mode, st.st_mtime_ns,
                               _sig(st), raced=_sig(after) != _sig(st))
             os.lseek(fd, 0, os.SEEK_SET)
-        with store.staged(st.st_mode, dest) as tmp:
-            size, h = stream(fd, st.st_size, tmp.write, src_name=src,
-                             dst_name=f"{store.root}/{dest}")
+        # committed with the source's mode and mtime (CommitRefused: not written)
+        with store.writer(dest, mode=st.st_mode, mtime_ns=st.st_mtime_ns) as out:
+            size, h = stream(fd, st.st_size, out.write, src_name=src, dst_name=store.where(dest))
             raced = _check_copy(fd, st, size, h, recent_ns, relpath=relpath, src=src)
-            _close(tmp, st, store, dest)
-            obj = store.publish(tmp, dest)
+        obj = out.object
     finally:
         os.close(fd)
     return Copied(True, size, h, st.st_mode, st.st_mtime_ns, _sig(st), raced=raced, object=obj)
@@ -251,11 +256,6 @@ def _starts_with_header(fd: int) -> bool:
         return os.pread(fd, len(SQLITE_HEADER), 0) == SQLITE_HEADER
     except OSError:
         return False  # the copy that follows reports the read error
-
-
-def _close(tmp: Staged, st: os.stat_result, store: Store, relpath: str) -> None:
-    """Commit with the source's mode and mtime (CommitRefused: not written, see Store.close)."""
-    store.close(tmp, relpath, mode=st.st_mode, mtime_ns=st.st_mtime_ns)
 
 
 __all__ = ["SQLITE_HEADER", "Changed", "Copied", "DurableError", "NotRegular", "Published",

@@ -20,7 +20,9 @@ import attrs
 
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.durable.posix import probe, writeback
-from syncengine.durable.posix.store import Store
+from syncengine.durable.posix import store as posix_store
+from syncengine.durable.posix.store import PosixStore
+from syncengine.durable.store import Store, Target
 from syncengine.errors import (
     ConfigError,
     DurableError,
@@ -125,7 +127,7 @@ class Engine:
                 self._unseeded.add(spec.name)
             self._indexes[spec.name] = index
         state = AdapterState(
-            name=spec.name, live=spec.live, store=Store(spec.durable), index=index,
+            name=spec.name, live=spec.live, store=PosixStore(spec.durable), index=index,
             index_path=self._index_path(spec.name),
             staging_marker=staging_marker(self.config.state_dir, spec.name),
             segments=self._logs.get(spec.name),
@@ -483,9 +485,10 @@ class Engine:
 
     def _prepare_store(self, store: Store) -> None:
         caps = self._durable_ready()
-        store.configure(rename_supported=caps.rename_supported,
-                        attrs_after_close=caps.attrs_after_close,
-                        keeps_mtime=caps.set_mtime or caps.attrs_on_handle, uploads=self._uploads)
+        store.configure(Target(rename_supported=caps.rename_supported,
+                               attrs_after_close=caps.attrs_after_close,
+                               keeps_mtime=caps.set_mtime or caps.attrs_on_handle,
+                               uploads=self._uploads))
 
     def _durable_ready(self) -> probe.Capabilities:
         """Health-check the durable root and learn what it supports (once per mount
@@ -503,7 +506,7 @@ class Engine:
         (see `syncengine.ops.export`); returns the bytes written."""
         from syncengine.ops import export
 
-        return export.export(self.config, path, out, adapter=adapter)
+        return export.export(self.config, path, out, adapter=adapter, open_store=PosixStore)
 
     def verify(self, adapters: Sequence[str] | None = None, *, sample: float = 10.0,
                strict: bool = False, restart: bool = False, limit: int | None = None
@@ -512,7 +515,8 @@ class Engine:
 
         """Check the durable side against the manifest (see `syncengine.ops.verify`)."""
         self._check_durable_root()
-        stores = {s.name: Store(s.durable) for s in self.config.select(adapters)}
+        stores: dict[str, Store] = {s.name: PosixStore(s.durable)
+                                    for s in self.config.select(adapters)}
         return verify_.verify(stores, self.config.state_dir, sample=sample, strict=strict,
                               restart=restart, limit=limit, progress=self.progress)
 
@@ -522,14 +526,16 @@ class Engine:
         """Plan (and with `apply`, carry out) garbage collection (see `syncengine.ops.gc`)."""
         self.check_local_root()
         self._check_durable_root()
-        return gc_.run(self, self.config.select(adapters), apply=apply)
+        return gc_.run(self.config.select(adapters), self.adapter_state, self.config.gc,
+                       self.config.state_dir, clock=self.clock, apply=apply)
 
     def migrate(self, *, dry_run: bool = False) -> migrate_.MigrateReport:
         from syncengine.ops import migrate as migrate_
 
         """Move a deployment from the old rsync layout (see `syncengine.ops.migrate`)."""
         self._check_durable_root()
-        return migrate_.run(self, dry_run=dry_run)
+        ctx = migrate_.Setup(self.config, self.clock, self._lazy_store, posix_store.rename_new)
+        return migrate_.run(ctx, dry_run=dry_run)
 
     def journal(self) -> Journal:
         """The input journal (`journal_dir`, default ``<durable_root>/journal``)."""
@@ -541,8 +547,14 @@ class Engine:
     def writable_store(self, root: Path) -> Store:
         """A Store under the durable root that publishes the way the mount supports
         (probed once per Engine; a mount without rename gets unique objects)."""
-        store = Store(root)
+        store = PosixStore(root)
         self._prepare_store(store)
+        return store
+
+    def _lazy_store(self, root: Path) -> Store:
+        """`writable_store`, probed just before its first write (reads need no probe)."""
+        store = PosixStore(root)
+        store.before_first_write(functools.partial(self._prepare_store, store))
         return store
 
     # -- status ----------------------------------------------------------

@@ -41,7 +41,7 @@ from syncengine.copier import (
 )
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.store import Store
+from syncengine.durable.store import Store
 from syncengine.errors import DurableError, NameTaken, SourceError, local_error
 from syncengine.local import behind
 from syncengine.local.index import DIRTY, Index

@@ -53,10 +53,10 @@ from typing import Any
 import attrs
 import xxhash
 
-from syncengine.copier import Changed, Copied, _close, hash_file, open_source, stream, unwritten
+from syncengine.copier import Changed, Copied, hash_file, open_source, stream, unwritten
 from syncengine.durable.chain import LOCAL, PLAIN, SEG_DIR, chain_dir, object_name
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.store import Store
+from syncengine.durable.store import Store
 from syncengine.errors import SourceError
 from syncengine.local.index import DIRTY, Index
 
@@ -184,17 +184,14 @@ def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, 
         raise Waiting("shrank while reading")
     name = object_name(relpath, chain, len(lens), start, cut, own.intdigest(), st.st_mtime_ns)
     os.lseek(fd, start, os.SEEK_SET)
-    with store.staged(st.st_mode, name, unique=True) as tmp:
-        n, again = stream(fd, cut - start, tmp.write, src_name=src,
-                          dst_name=f"{store.root}/{name}")
+    with store.writer(name, mode=st.st_mode, mtime_ns=st.st_mtime_ns, unique=True) as out:
+        n, again = stream(fd, cut - start, out.write, src_name=src, dst_name=store.where(name))
         if n != cut - start or again != own.intdigest():
             raise Waiting("changed while reading")
         if (not why and rec is not None and not unwritten(st, os.fstat(fd), recent_ns)
                 and hash_file(fd, covered, name=src) != rec.hash64):
             raise Changed(relpath, "its published beginning was rewritten in place while "
                           "the new segment was copied")
-        _close(tmp, st, store, name)
-        store.publish(tmp, name)
     after = os.fstat(fd)
     lens.append(cut - start)
     extra = {"chain": chain, "lens": lens, LOCAL: {"ino": st.st_ino, "recorded": recorded},
@@ -213,12 +210,10 @@ def _publish_plain(store: Store, fd: int, st: os.stat_result, src: str, relpath:
     if store.writes_in_place():  # no rename: it would be a unique object nothing reads
         return attrs.evolve(logged, extra={**logged.extra, PLAIN: {**state, "skipped": True}})
     os.lseek(fd, 0, os.SEEK_SET)
-    with store.staged(st.st_mode, relpath) as tmp:
-        n, digest = stream(fd, size, tmp.write, src_name=src, dst_name=f"{store.root}/{relpath}")
+    with store.writer(relpath, mode=st.st_mode, mtime_ns=st.st_mtime_ns) as out:
+        n, digest = stream(fd, size, out.write, src_name=src, dst_name=store.where(relpath))
         if n != size or digest != logged.hash64:
             raise Waiting("changed while its plain copy was read")
-        _close(tmp, st, store, relpath)
-        store.publish(tmp, relpath)
     return attrs.evolve(logged, published=True, extra={**logged.extra, PLAIN: state},
                         written=logged.written + size, plain_written=True,
                         why=logged.why if logged.published else "plain")

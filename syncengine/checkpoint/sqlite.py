@@ -38,9 +38,8 @@ from syncengine.checkpoint.sqlite_backup import (
 # pays for imports.
 from syncengine.copier import SQLITE_HEADER, Published, stream, upload
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.safepath import DirCache
 from syncengine.durable.posix.savefile import TEMP_SUFFIX
-from syncengine.durable.posix.store import Store
+from syncengine.durable.store import Store
 from syncengine.local.index import DIRTY, Index
 from syncengine.patterns import COMPANIONS
 from syncengine.plan import Snapshot
@@ -172,7 +171,7 @@ def is_listed(index: Index, path: str) -> bool:
 # -- doing --------------------------------------------------------------
 
 
-def check_durable_copy(durable: DirCache, relpath: str, scratch: Path, timeout: float = 2.0
+def check_durable_copy(durable: Store, relpath: str, scratch: Path, timeout: float = 2.0
                        ) -> tuple[int, int, Verdict]:
     """(bytes, xxh3_64, verdict) of a durable snapshot, checked on a local temp copy.
 
@@ -181,11 +180,10 @@ def check_durable_copy(durable: DirCache, relpath: str, scratch: Path, timeout: 
     """
     import tempfile
     scratch.mkdir(parents=True, exist_ok=True)
-    fd = durable.open_file(relpath)
-    with os.fdopen(fd, "rb") as src, tempfile.TemporaryDirectory(dir=scratch) as tmpdir:
+    with durable.open(relpath) as src, tempfile.TemporaryDirectory(dir=scratch) as tmpdir:
         local = os.path.join(tmpdir, "snapshot.db")
         with open(local, "wb") as out:
-            n, h = stream(src.fileno(), None, out.write, src_name=relpath, dst_name=local)
+            n, h = stream(src.file, None, out.write, src_name=relpath, dst_name=local)
         return n, h, check(local, timeout=timeout)
 
 

@@ -42,17 +42,16 @@ than the chain's content, starting with exactly those bytes (their xxh3),
 and ending at a complete line.  So a stale or torn plain copy (shorter, or
 cut mid-line) never wins over the chain and restore never goes backwards;
 a newer one (the old script ran after syncengine) adds what it has beyond.
-Nothing here writes to the durable side; names are opened through a
-`DirCache`, never following a symlink.
+Nothing here writes to the durable side; objects are read through the
+`Store` (which never follows a symlink on the way).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
-import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, BinaryIO
 
 import attrs
@@ -60,9 +59,9 @@ import xxhash
 
 from syncengine.copier import stream
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.safepath import DirCache, UnsafePath
-from syncengine.durable.posix.store import META_DIR, Store
-from syncengine.errors import SourceError, durable_error
+from syncengine.durable.posix.safepath import UnsafePath
+from syncengine.durable.store import META_DIR, ObjectInfo, Opened, Store
+from syncengine.errors import DurableError, SourceError, durable_error
 
 log = logging.getLogger("syncengine")
 SEG_DIR = f"{META_DIR}/segments"
@@ -159,17 +158,13 @@ def chain_of(entry: Entry, operation: str = "restore") -> tuple[str, list[int]]:
 # -- observing ---------------------------------------------------------------
 
 
-def list_pieces(durable: DirCache, entry: Entry) -> list[Piece]:
+def list_pieces(durable: Store, entry: Entry) -> list[Piece]:
     """The parsed names in the entry's chain directory (one listing; [] if there is none)."""
     reldir = chain_dir(entry.path, chain_of(entry)[0])
-    try:
-        names = durable.listdir(reldir)
-    except OSError as exc:
-        raise durable_error("list", f"{durable.root}/{reldir}", exc) from exc
-    return [p for p in (parse(reldir, n) for n in names) if p is not None]
+    return [p for p in (parse(reldir, n) for n in durable.names(reldir)) if p is not None]
 
 
-def load(durable: DirCache, entry: Entry) -> Chain:
+def load(durable: Store, entry: Entry) -> Chain:
     """List the entry's chain directory and resolve it (raises SourceError)."""
     return resolve(entry, list_pieces(durable, entry))
 
@@ -246,7 +241,7 @@ def _best_continuations(by_seq: dict[int, list[Piece]], first: int
 # -- reading -----------------------------------------------------------------
 
 
-def read(chain: Chain, durable: DirCache, sink: Callable[[memoryview], object] | None
+def read(chain: Chain, durable: Store, sink: Callable[[memoryview], object] | None
          ) -> tuple[Chain, int]:
     """Feed the log's bytes to `sink` in order; raise SourceError naming any bad object.
 
@@ -258,17 +253,8 @@ def read(chain: Chain, durable: DirCache, sink: Callable[[memoryview], object] |
     entry = chain.entry
     h = xxhash.xxh3_64()
     for i, piece in enumerate(chain.pieces):
-        try:
-            fd = durable.open_file(piece.name)
-        except UnsafePath:
-            raise
-        except (FileNotFoundError, NotADirectoryError) as exc:
-            raise SourceError(entry.path, "restore", f"segment {piece.name} is missing: "
-                              "refusing to restore a shorter file") from exc
-        except OSError as exc:
-            raise durable_error("open", f"{durable.root}/{piece.name}", exc) from exc
-        try:
-            size = os.fstat(fd).st_size
+        with _open_piece(durable, entry, piece) as obj:
+            size = obj.info.size
             if size < piece.length and i == len(chain.pieces) - 1 and i >= chain.recorded:
                 log.warning("segments.torn-ignored path=%s object=%s bytes=%d of %d: an "
                             "unrecorded last segment cut short (a killed publish); the log "
@@ -285,10 +271,8 @@ def read(chain: Chain, durable: DirCache, sink: Callable[[memoryview], object] |
                 if sink is not None:
                     sink(chunk)
 
-            n, digest = stream(fd, piece.length, feed, src_name=f"{durable.root}/{piece.name}",
+            n, digest = stream(obj.file, piece.length, feed, src_name=durable.where(piece.name),
                                dst_name=entry.path, hasher=h)
-        finally:
-            os.close(fd)
         if n != piece.length:
             raise SourceError(entry.path, "restore", f"segment {piece.name} is short")
         if piece.hash64 is not None and own.intdigest() != piece.hash64:
@@ -302,67 +286,75 @@ def read(chain: Chain, durable: DirCache, sink: Callable[[memoryview], object] |
     return chain, h.intdigest()
 
 
-def plain_copy(durable: DirCache, entry: Entry, chain_size: int) -> os.stat_result | None:
-    """The stat of the log's plain copy when it is longer than the chain (only then can it
-    add to it), else None.  A plain copy that cannot be read is the chain's loss only."""
+@contextmanager
+def _open_piece(durable: Store, entry: Entry, piece: Piece) -> Iterator[Opened]:
     try:
-        fd = durable.open_file(entry.path)
+        with durable.open(piece.name) as obj:
+            yield obj
+    except FileNotFoundError as exc:
+        raise SourceError(entry.path, "restore", f"segment {piece.name} is missing: "
+                          "refusing to restore a shorter file") from exc
+
+
+def plain_copy(durable: Store, entry: Entry, chain_size: int) -> ObjectInfo | None:
+    """The log's plain copy when it is longer than the chain (only then can it add to
+    it), else None.  A plain copy that cannot be read is the chain's loss only."""
+    try:
+        with durable.open(entry.path) as obj:
+            info = obj.info
     except UnsafePath:
         raise
-    except OSError as exc:
-        if not isinstance(exc, FileNotFoundError | NotADirectoryError):
+    except (OSError, DurableError) as exc:
+        if not isinstance(exc, FileNotFoundError):
             log.warning("segments.plain-unreadable path=%s error=%s: restored from its chain",
                         entry.path, exc)
         return None
-    try:
-        st = os.fstat(fd)
-    finally:
-        os.close(fd)
-    return st if stat.S_ISREG(st.st_mode) and st.st_size > chain_size else None
+    return info if info.kind == "file" and info.size > chain_size else None
 
 
-def extend(durable: DirCache, entry: Entry, chain_size: int, chain_hash: int,
+def extend(durable: Store, entry: Entry, chain_size: int, chain_hash: int,
            sink: Callable[[memoryview], object]) -> tuple[int, int, int] | None:
     """Feed `sink` what the plain copy holds after the chain's `chain_size` bytes, if it
     extends the chain (module doc); return (its size, its mtime_ns, the xxh3 of it whole),
     or None with nothing fed."""
-    name = f"{durable.root}/{entry.path}"
+    name = durable.where(entry.path)
     try:
-        fd = durable.open_file(entry.path)
-    except (FileNotFoundError, NotADirectoryError):
+        with durable.open(entry.path) as obj:
+            return _extend(obj, name, entry, chain_size, chain_hash, sink)
+    except FileNotFoundError:
         return None
     except OSError as exc:
-        raise durable_error("open", name, exc) from exc
-    try:
-        st = os.fstat(fd)
-        why = None
-        if st.st_size <= chain_size:
-            return None
-        if os.pread(fd, 1, st.st_size - 1) != b"\n":
-            why = "does not end at a complete line (torn?)"
-        else:
-            h = xxhash.xxh3_64()
-            n, digest = stream(fd, chain_size, None, src_name=name, hasher=h)
-            if n != chain_size or digest != chain_hash:
-                why = "does not start with the chain's content"
-        if why is not None:
-            log.warning("segments.plain-ignored path=%s: the plain copy (%d bytes) is longer "
-                        "than the chain (%d) but %s; restored from the chain", entry.path,
-                        st.st_size, chain_size, why)
-            return None
-        n, digest = stream(fd, st.st_size - chain_size, sink, src_name=name, dst_name=entry.path,
-                           hasher=h)
-    except OSError as exc:
         raise durable_error("read", name, exc) from exc
-    finally:
-        os.close(fd)
-    if n != st.st_size - chain_size:
+
+
+def _extend(obj: Opened, name: str, entry: Entry, chain_size: int, chain_hash: int,
+            sink: Callable[[memoryview], object]) -> tuple[int, int, int] | None:
+    size, f = obj.info.size, obj.file
+    if size <= chain_size:
+        return None
+    why = None
+    f.seek(size - 1)
+    if f.read(1) != b"\n":
+        why = "does not end at a complete line (torn?)"
+    else:
+        f.seek(0)
+        h = xxhash.xxh3_64()
+        n, digest = stream(f, chain_size, None, src_name=name, hasher=h)
+        if n != chain_size or digest != chain_hash:
+            why = "does not start with the chain's content"
+    if why is not None:
+        log.warning("segments.plain-ignored path=%s: the plain copy (%d bytes) is longer "
+                    "than the chain (%d) but %s; restored from the chain", entry.path,
+                    size, chain_size, why)
+        return None
+    n, digest = stream(f, size - chain_size, sink, src_name=name, dst_name=entry.path, hasher=h)
+    if n != size - chain_size:
         raise SourceError(entry.path, "restore", f"the plain copy {name} changed while it was "
                           "read: restore again")
     log.info("segments.plain-newer path=%s bytes=%d: the plain copy extends the chain (%d "
-             "bytes); restored with its %d more", entry.path, st.st_size, chain_size,
-             st.st_size - chain_size)
-    return st.st_size, st.st_mtime_ns, digest
+             "bytes); restored with its %d more", entry.path, size, chain_size,
+             size - chain_size)
+    return size, obj.info.mtime_ns, digest
 
 
 def _trimmed(chain: Chain, n: int) -> Chain:
@@ -378,21 +370,18 @@ def export(store: Store, entry: Entry, out: BinaryIO) -> int:
     import shutil  # export only
     import tempfile
 
-    with tempfile.TemporaryFile() as tmp, store.reader() as durable:
+    with tempfile.TemporaryFile() as tmp, store.batch():
         if entry.kind == "segments":
-            resolved, h = read(load(durable, entry), durable, tmp.write)
-            extend(durable, entry, resolved.size, h, tmp.write)
+            resolved, h = read(load(store, entry), store, tmp.write)
+            extend(store, entry, resolved.size, h, tmp.write)
         elif entry.kind == "file":
             try:
-                fd = durable.open_file(entry.location)
+                with store.open(entry.location) as obj:
+                    n, digest = stream(obj.file, None, tmp.write, src_name=entry.location,
+                                       dst_name="export")
             except FileNotFoundError as exc:
                 raise SourceError(entry.path, "export", f"{entry.location} is missing on the "
                                   "durable side") from exc
-            try:
-                n, digest = stream(fd, None, tmp.write, src_name=entry.location,
-                                   dst_name="export")
-            finally:
-                os.close(fd)
             if entry.hash is not None and (digest != entry.hash or n != entry.size):
                 raise SourceError(entry.path, "export", "the durable file differs from the "
                                   "manifest (corrupt or newer)")

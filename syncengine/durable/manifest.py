@@ -55,8 +55,7 @@ from typing import Any
 
 import attrs
 
-from syncengine.durable.posix.safepath import DirCache
-from syncengine.durable.posix.store import MANIFEST_DIR, Store
+from syncengine.durable.store import MANIFEST_DIR, Store
 from syncengine.errors import SyncEngineError
 
 FORMAT = 1
@@ -227,7 +226,7 @@ def object_name(seq: int, kind: str) -> str:
 def list_objects(store: Store) -> list[tuple[int, str, str]]:
     """(seq, kind, name) of every manifest object, oldest first."""
     out = []
-    for name in store.listdir(MANIFEST_DIR):
+    for name in store.names(MANIFEST_DIR):
         m = _NAME.match(name)
         if m:
             out.append((int(m.group(1)), m.group(2), name))
@@ -311,7 +310,7 @@ def write(store: Store, adapter: str, seq: int, kind: str, entries: Iterable[Ent
     name = object_name(seq, kind)
     data = encode(adapter, seq, kind, entries, created_ns=created_ns,
                   in_place=store.writes_in_place())
-    store.put_bytes(name, data, mode=0o600)
+    store.put_bytes(name, data, if_absent=True, mode=0o600)
     return name
 
 
@@ -321,19 +320,18 @@ def load(store: Store) -> ManifestState:
     See the module docstring for what makes the result incomplete
     (`problems`) and what is only a warning.
     """
-    objects = list_objects(store)
-    if not objects:
-        return ManifestState(entries={}, last_seq=0, base_seq=0, deltas_since_base=0)
-    with store.reader() as dirs:  # every object is in one directory: open it once
-        return _Loader(store, objects, dirs).run()
+    with store.batch():  # every object is in one directory: open it once
+        objects = list_objects(store)
+        if not objects:
+            return ManifestState(entries={}, last_seq=0, base_seq=0, deltas_since_base=0)
+        return _Loader(store, objects).run()
 
 
 class _Loader:
     """One `load`: reads objects, applies them, and judges the unreadable ones."""
 
-    def __init__(self, store: Store, objects: list[tuple[int, str, str]], dirs: DirCache
-                 ) -> None:
-        self.store, self.objects, self.dirs = store, objects, dirs
+    def __init__(self, store: Store, objects: list[tuple[int, str, str]]) -> None:
+        self.store, self.objects = store, objects
         self.newest = objects[-1][0]
         self.entries: dict[str, Entry] = {}
         self.invalid: dict[str, Entry] = {}
@@ -370,12 +368,12 @@ class _Loader:
             invalid=self.invalid, readable=bool(base_seq or deltas))
 
     def _dir(self) -> str:
-        return f"{self.store.root}/{MANIFEST_DIR}"
+        return self.store.where(MANIFEST_DIR)
 
     def _read(self, seq: int, kind: str, name: str) -> list[Entry] | None:
         data = None
         try:
-            data = self.store.read_bytes(f"{MANIFEST_DIR}/{name}", dirs=self.dirs)
+            data = self.store.read_bytes(f"{MANIFEST_DIR}/{name}")
             header, entries = decode(data, name)
             self.in_place = header.get("in_place") is True
             return entries

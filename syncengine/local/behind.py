@@ -23,7 +23,6 @@ Owns two cheap comparisons that the start-up check (seed.py) and verify share:
 
 from __future__ import annotations
 
-import stat
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any
 
@@ -31,7 +30,7 @@ import attrs
 
 from syncengine.durable.chain import chain_dir, parse
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.store import Store
+from syncengine.durable.store import Store
 from syncengine.local.index import Index
 
 UNCONFIRMED = "unconfirmed"  # index meta: path -> the newest unconfirmed object(s)
@@ -126,13 +125,13 @@ def audit(store: Store, index: Index, instance: str | None) -> Audit:
 
 def _object(store: Store, record: Mapping[str, Any]) -> str | None:
     location = str(record.get("object"))
-    st = store.stat(location)
-    if st is None or not stat.S_ISREG(st.st_mode):
+    st = store.head(location)
+    if st is None or st.kind != "file":
         return f"{location} is missing"
-    if st.st_size != record.get("size"):
-        return f"{location} has {st.st_size} bytes, not the {record.get('size')} published"
+    if st.size != record.get("size"):
+        return f"{location} has {st.size} bytes, not the {record.get('size')} published"
     mtime = record.get("mtime_ns")
-    if mtime is not None and st.st_mtime_ns != mtime:
+    if mtime is not None and st.mtime_ns != mtime:
         return f"{location} is an older version (its mtime is not the one published)"
     return None
 
@@ -141,15 +140,15 @@ def _segments(store: Store, path: str, record: Mapping[str, Any]) -> str | None:
     lens = [int(n) for n in record.get("lens", ())]
     reldir = chain_dir(path, str(record.get("chain")))
     found = {}
-    for name in store.listdir(reldir):
+    for name in store.names(reldir):
         piece = parse(reldir, name)
         if piece is not None:
             found[(piece.seq, piece.start, piece.end)] = piece
     start = sum(lens[:int(record.get("first", 0))])
     for seq in range(int(record.get("first", 0)), len(lens)):
         piece = found.get((seq, start, start + lens[seq]))
-        st = store.stat(piece.name) if piece is not None else None
-        if piece is None or st is None or st.st_size != lens[seq]:
+        st = store.head(piece.name) if piece is not None else None
+        if piece is None or st is None or st.size != lens[seq]:
             return f"segment {seq} of chain {reldir} is missing"
         start += lens[seq]
     return None

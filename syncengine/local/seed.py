@@ -126,7 +126,7 @@ def check(state: AdapterState, instance: str) -> list[str]:
         log.warning("durable.behind adapter=%s durable=%s: the durable side lacks what the "
                     "local index records as published (a write-back mount that lost its "
                     "uploads?): %s. %s, and publishing again what differs", state.name,
-                    state.store.root, shown,
+                    state.store.describe(), shown,
                     "Rebuilding the index from the durable manifest" if problems else
                     f"Forgetting {len(found.missing)} path(s) in the index")
     if state.index.changed:

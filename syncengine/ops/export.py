@@ -8,18 +8,21 @@ to `chain.export`, which rebuilds and checks it.  Reads the durable side only.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 from syncengine.config import Config
 from syncengine.durable import chain
 from syncengine.durable.manifest import load as load_manifest
-from syncengine.durable.posix.store import Store
+from syncengine.durable.store import Store
 from syncengine.errors import ConfigError
 
 
-def export(config: Config, path: str, out: BinaryIO, *, adapter: str | None = None) -> int:
-    """Write the durable copy of `path` to `out`; return the bytes written.
+def export(config: Config, path: str, out: BinaryIO, *, adapter: str | None = None,
+           open_store: Callable[[Path], Store]) -> int:
+    """Write the durable copy of `path` to `out` (`open_store`: an adapter's durable side);
+    return the bytes written.
 
     Raises ConfigError when the path is unknown, SourceError when the durable
     copy is missing or corrupt.
@@ -35,7 +38,7 @@ def export(config: Config, path: str, out: BinaryIO, *, adapter: str | None = No
         specs = specs[:1]
     found = []
     for spec in specs:
-        store = Store(spec.durable)
+        store = open_store(spec.durable)
         entry = load_manifest(store).entries.get(rel) if store.exists() else None
         if entry is not None:
             found.append((store, entry, spec.name))

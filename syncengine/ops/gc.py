@@ -34,7 +34,8 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -45,14 +46,13 @@ from syncengine.config import AdapterSpec, GcConfig
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
 from syncengine.durable.posix.savefile import TEMP_SUFFIX
-from syncengine.durable.posix.store import MANIFEST_DIR, STAGING_DIR
+from syncengine.durable.store import MANIFEST_DIR, STAGING_DIR
 from syncengine.errors import DurableError, LockBusy
 from syncengine.local.index import ABSENT_SINCE
 from syncengine.local.lock import StateLock
 
 if TYPE_CHECKING:
     from syncengine.checkpoint.execute import AdapterState
-    from syncengine.engine import Engine
 
 log = logging.getLogger("syncengine")
 NS = 10**9
@@ -258,8 +258,8 @@ def gather(state: AdapterState) -> Facts:
     objects = []
     for seq, _kind, name in manifest.list_objects(store):
         rel = f"{MANIFEST_DIR}/{name}"
-        st = store.stat(rel)
-        objects.append((seq, rel, st.st_size if st else 0))
+        st = store.head(rel)
+        objects.append((seq, rel, st.size if st else 0))
     since = state.index.meta.get(ABSENT_SINCE, {})
     absent = {}
     for path, rec in state.index.items():
@@ -271,17 +271,17 @@ def gather(state: AdapterState) -> Facts:
     missing = frozenset(p for p, e in mstate.entries.items()
                         if not _exists_locally(state, p, e.kind))
     staging = []
-    for name in store.listdir(STAGING_DIR):
-        st = store.stat(f"{STAGING_DIR}/{name}")
+    for name in store.names(STAGING_DIR):
+        st = store.head(f"{STAGING_DIR}/{name}")
         if name.endswith(TEMP_SUFFIX) and st is not None:
-            staging.append((f"{STAGING_DIR}/{name}", st.st_size, st.st_mtime_ns))
+            staging.append((f"{STAGING_DIR}/{name}", st.size, st.mtime_ns))
     chain_objs = []
     prefix = segments.SEG_DIR + "/"
-    for rel, st in store.walk(segments.SEG_DIR):
-        head, _, _name = rel[len(prefix):].rpartition("/")
+    for info in store.list(segments.SEG_DIR):
+        head, _, _name = info.key[len(prefix):].rpartition("/")
         path_d, _, chain = head.rpartition("/")
         if path_d.endswith(".d") and chain:
-            chain_objs.append((path_d[:-2], chain, rel, st.st_size, st.st_mtime_ns))
+            chain_objs.append((path_d[:-2], chain, info.key, info.size, info.mtime_ns))
     unusable = mstate.problems + tuple(f"{e.path}: {e.problem}" for e in mstate.invalid.values())
     return Facts(state.name, mstate.entries, mstate.last_seq, mstate.base_seq, tuple(objects),
                  absent, missing, state.live.is_dir(), tuple(staging), tuple(chain_objs),
@@ -342,10 +342,10 @@ def execute(state: AdapterState, facts: Facts, actions: Sequence[GcAction], now_
         else:
             continue
         for name in names:
-            st = store.stat(name)
+            st = store.head(name)
             if store.delete(name):
                 count += 1
-                size += st.st_size if st else 0
+                size += st.size if st else 0
                 log.info("gc.deleted adapter=%s object=%s", state.name, name)
     return AdapterGc(state.name, tuple(map(str, actions)), objects=count, bytes=size,
                      manifest=manifest_name, kept=kept)
@@ -370,35 +370,38 @@ def restore_refusal(state_dir: os.PathLike[str] | str) -> str | None:
     return None
 
 
-def run(engine: Engine, specs: Sequence[AdapterSpec], *, apply: bool) -> GcReport:
-    """Plan gc for each adapter; with `apply`, execute it under the state lock."""
-    cfg = engine.config
-    why = restore_refusal(cfg.state_dir)
+def run(specs: Sequence[AdapterSpec], adapter_state: Callable[[AdapterSpec], AdapterState],
+        cfg: GcConfig, state_dir: Path, *, clock: Callable[[], int], apply: bool) -> GcReport:
+    """Plan gc for each adapter (its store and index from `adapter_state`); with `apply`,
+    execute it under the state lock."""
+    why = restore_refusal(state_dir)
     if why:
         return GcReport((), apply, refused=why)
-    lock = StateLock(cfg.state_dir, wait=False)
+    lock = StateLock(state_dir, wait=False)
     if apply:
         try:
             lock.acquire()
         except LockBusy:
             return GcReport((), apply, refused="a checkpoint or restore is running: try again")
     try:
-        return GcReport(tuple(_one(engine, spec, apply) for spec in specs), apply)
+        return GcReport(tuple(_one(spec, adapter_state, cfg, clock, apply) for spec in specs),
+                        apply)
     finally:
         lock.release()
 
 
-def _one(engine: Engine, spec: AdapterSpec, apply: bool) -> AdapterGc:
-    now = engine.clock()
+def _one(spec: AdapterSpec, adapter_state: Callable[[AdapterSpec], AdapterState],
+         cfg: GcConfig, clock: Callable[[], int], apply: bool) -> AdapterGc:
+    now = clock()
     try:
-        state = engine.adapter_state(spec)
+        state = adapter_state(spec)
         if not state.store.exists():
             return AdapterGc(spec.name)
         facts = gather(state)
-        why = refusal(facts, engine.config.gc)
+        why = refusal(facts, cfg)
         if why:
             return AdapterGc(spec.name, refused=why)
-        actions = plan(facts, engine.config.gc, now)
+        actions = plan(facts, cfg, now)
         if apply:
             return execute(state, facts, actions, now)
     except DurableError as exc:

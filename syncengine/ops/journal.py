@@ -30,8 +30,9 @@ import attrs
 import xxhash
 
 from syncengine.durable.posix import savefile
-from syncengine.durable.posix.store import Store
-from syncengine.errors import ConfigError, durable_error
+from syncengine.durable.posix.store import PosixStore
+from syncengine.durable.store import Store
+from syncengine.errors import CommitRefused, ConfigError, DurableError, durable_error
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _NAME = re.compile(r"^(\d{12})-(\d{19})-([0-9a-f]{8})\.prompt$")
@@ -65,7 +66,7 @@ class Journal:
 
     def __init__(self, root: str | os.PathLike[str] | Store, state_dir: str | os.PathLike[str],
                  *, clock: Callable[[], int] = time.time_ns) -> None:
-        self.store = root if isinstance(root, Store) else Store(root)
+        self.store = PosixStore(root) if isinstance(root, str | os.PathLike) else root
         self.state_dir = Path(state_dir) / "journal"
         self.clock = clock
 
@@ -80,14 +81,15 @@ class Journal:
             seq = self._next_seq(sdir)
             now = self.clock()
             name = f"{seq:012d}-{now:019d}-{os.urandom(4).hex()}.prompt"
-            with self.store.staged(0o600, f"{sdir}/{name}", unique=True) as tmp:
-                try:
-                    tmp.write(prompt)
-                    tmp.close(mode=0o600, fsync=True)
-                except OSError as exc:
-                    raise durable_error("write (commit)", self.store.root / sdir / name,
-                                        exc) from exc
-                self.store.publish(tmp, f"{sdir}/{name}")
+            key = f"{sdir}/{name}"
+            try:
+                with self.store.writer(key, mode=0o600, unique=True, sync=True) as out:
+                    out.write(prompt)
+            except OSError as exc:
+                raise durable_error("write", self.store.where(key), exc) from exc
+            except CommitRefused as exc:
+                raise DurableError(f"write (commit) {self.store.where(key)}: {exc.reason}"
+                                   ) from exc
             self.store.barrier()
         finally:
             os.close(lock_fd)
@@ -107,14 +109,12 @@ class Journal:
         return seq
 
     def _scan(self, sdir: str) -> Iterator[Prompt]:
-        for name in self.store.listdir(sdir):
+        for name in self.store.names(sdir):
             m = _NAME.match(name)
             if m:
-                try:
-                    size = os.stat(self.store.root / sdir / name).st_size
-                except FileNotFoundError:
-                    continue
-                yield Prompt(int(m.group(1)), int(m.group(2)), name, size)
+                info = self.store.head(f"{sdir}/{name}")
+                if info is not None:
+                    yield Prompt(int(m.group(1)), int(m.group(2)), name, info.size)
 
     def list(self, session: str | bytes) -> list[Prompt]:
         """The session's prompts in order (sequence, then time, then name)."""

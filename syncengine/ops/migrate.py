@@ -23,29 +23,35 @@ Open files (``snapshot_open``) are copied by `syncengine.restore.openfiles`.
 from __future__ import annotations
 
 import os
-import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import attrs
 
-from syncengine.config import AdapterSpec, MigrateStep
+from syncengine.config import AdapterSpec, Config, MigrateStep
 from syncengine.copier import upload
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
 from syncengine.durable.posix import savefile
-from syncengine.durable.posix.store import Store
+from syncengine.durable.store import Store
 from syncengine.errors import DurableError, SourceError, durable_error
 from syncengine.local.lock import StateLock
+from syncengine.local.status import index_path
 from syncengine.patterns import Matcher, compile_patterns, database_patterns
 from syncengine.plan import Fetch, LocalState, MakeLink, plan_restore_entry
 from syncengine.restore import openfiles
 from syncengine.restore.openfiles import SnapshotOpen
 
-if TYPE_CHECKING:
-    from syncengine.engine import Engine
 
+@attrs.frozen
+class Setup:
+    """What migrate works with, given explicitly by its caller (the engine)."""
+
+    config: Config
+    clock: Callable[[], int]
+    store: Callable[[Path], Store]  # the durable directory at a path (probed before a write)
+    rename: Callable[[Path, str, str], None]  # (dir, name, new name): old-layout renames
 
 
 @attrs.frozen
@@ -147,8 +153,8 @@ class _NoHome(Exception):
     """A step names {home} and HOME is not set."""
 
 
-def _expand(text: str, engine: Engine, spec: AdapterSpec, source: Path | None = None) -> Path:
-    cfg = engine.config
+def _expand(text: str, ctx: Setup, spec: AdapterSpec, source: Path | None = None) -> Path:
+    cfg = ctx.config
     if "{home}" in text and cfg.home is None:
         raise _NoHome(text)
     for key, value in (("{durable_root}", cfg.durable_root), ("{local_root}", cfg.local_root),
@@ -163,30 +169,30 @@ def plan_dirs(spec: AdapterSpec) -> list[Action]:
     return [MakeDir(p) for p in (spec.live, spec.durable) if not os.path.isdir(p)]
 
 
-def plan_step(engine: Engine, spec: AdapterSpec, step: MigrateStep, now_ns: int
-              ) -> list[Action]:
+def plan_step(ctx: Setup, spec: AdapterSpec, step: MigrateStep, now_ns: int) -> list[Action]:
     """The actions of one step, decided against the disk as it is now."""
     try:
         if step.action == "unlink_symlink":
-            return _plan_unlink(engine, spec, step)
+            return _plan_unlink(ctx, spec, step)
         if step.action == "copy_tree":
-            return _plan_copy_tree(engine, spec, step, now_ns)
+            return _plan_copy_tree(ctx, spec, step, now_ns)
     except _NoHome as exc:
         return [Note(f"{spec.name}: {step.action} {exc}: HOME is not set (environment "
                      "variable HOME or config key home): skipped")]
+    store = ctx.store(spec.durable)
     if step.action == "quarantine":
-        return _plan_quarantine(spec, step, now_ns)
-    return [Note(a) if isinstance(a, str) else a for a in openfiles.plan(spec, step)]
+        return _plan_quarantine(store, spec, step, now_ns)
+    return [Note(a) if isinstance(a, str) else a for a in openfiles.plan(spec, step, store)]
 
 
-def _plan_unlink(engine: Engine, spec: AdapterSpec, step: MigrateStep) -> list[Action]:
+def _plan_unlink(ctx: Setup, spec: AdapterSpec, step: MigrateStep) -> list[Action]:
     path = spec.live / step.path
     try:
         target = os.readlink(path)
     except (FileNotFoundError, OSError):
         return [Note(f"{spec.name}: {path} is not a symlink: nothing to unlink")]
     if step.target:
-        want = _expand(step.target, engine, spec)
+        want = _expand(step.target, ctx, spec)
         if Path(os.path.normpath(path.parent / target)) != want:
             return [Note(f"{spec.name}: {path} -> {target} is not the old link to {want}: "
                          "left alone")]
@@ -197,46 +203,25 @@ def _db_matcher(spec: AdapterSpec) -> Matcher:
     return compile_patterns(database_patterns(spec.sqlite), where="sqlite")
 
 
-def _plan_copy_tree(engine: Engine, spec: AdapterSpec, step: MigrateStep, now_ns: int
+def _plan_copy_tree(ctx: Setup, spec: AdapterSpec, step: MigrateStep, now_ns: int
                     ) -> list[Action]:
-    src = _expand(step.source, engine, spec)
-    link_to = _expand(step.link_to, engine, spec, src) if step.link_to else None
-    try:
-        st = os.lstat(src)
-    except FileNotFoundError:
+    src = _expand(step.source, ctx, spec)
+    link_to = _expand(step.link_to, ctx, spec, src) if step.link_to else None
+    found = ctx.store(src.parent).head(src.name)  # the legacy tree, on the durable side
+    if found is None:
         return [Note(f"{spec.name}: nothing at {src}: nothing to copy"),
                 *([Link(src, link_to)] if link_to else [])]
-    if stat.S_ISLNK(st.st_mode):
+    if found.kind == "link":
         if link_to:
             return [_relink(spec, src, link_to)]
         if step.if_symlink == "unlink":
-            return [Unlink(src, os.readlink(src), durable=True)]
+            return [Unlink(src, found.target or "", durable=True)]
         return [Note(f"{spec.name}: {src} is a symlink: skipped")]
-    if not stat.S_ISDIR(st.st_mode):
+    if found.kind != "dir":
         return [Note(f"{spec.name}: {src} is not a directory: skipped")]
-    store = Store(spec.durable)
-    entries = manifest.load(store).entries if store.exists() else {}
-    excluded = compile_patterns(spec.exclude, where=f"adapter {spec.name!r} exclude")
-    dbs = _db_matcher(spec)
-    actions: list[Action] = []
-    for rel, fst in sorted(Store(src).walk()):
-        dest = f"{step.to.strip('/')}/{rel}" if step.to.strip("/") else rel
-        raw_db = dbs.excluded(dest, False)
-        if not raw_db and excluded.excluded(dest, False):
-            continue
-        link = os.readlink(src / rel) if stat.S_ISLNK(fst.st_mode) else None
-        if link is not None and raw_db:
-            continue
-        kind = "symlink" if link is not None else "file"
-        entry = Entry(dest, kind, fst.st_size, fst.st_mtime_ns, fst.st_mode & 0o7777,
-                      target=link)
-        decision = plan_restore_entry(entry, _dest_state(store, entries.get(dest), dest),
-                                      unsafe=None)
-        if isinstance(decision, (Fetch, MakeLink)):
-            actions.append(Copy(spec.name, src, rel, dest, not raw_db, decision.reason,
-                                link, fst.st_mtime_ns))
+    actions = _plan_copies(ctx, spec, step, src)
     if step.rename_to:
-        new = _expand(step.rename_to, engine, spec, src)
+        new = _expand(step.rename_to, ctx, spec, src)
         if new.parent != src.parent:
             return [*actions, Note(f"{spec.name}: rename_to {new} must stay beside {src}")]
         if os.path.lexists(new):  # the rollback name is taken: a timestamped one
@@ -255,31 +240,56 @@ def _relink(spec: AdapterSpec, path: Path, target: Path) -> Action:
     return Link(path, target, replaces=old)
 
 
+def _plan_copies(ctx: Setup, spec: AdapterSpec, step: MigrateStep, src: Path) -> list[Action]:
+    """A Copy per legacy file or link under `src` that restore's rule would take."""
+    store = ctx.store(spec.durable)
+    entries = manifest.load(store).entries if store.exists() else {}
+    excluded = compile_patterns(spec.exclude, where=f"adapter {spec.name!r} exclude")
+    dbs = _db_matcher(spec)
+    actions: list[Action] = []
+    for info in sorted(ctx.store(src).list(), key=lambda i: i.key):
+        rel = info.key
+        dest = f"{step.to.strip('/')}/{rel}" if step.to.strip("/") else rel
+        raw_db = dbs.excluded(dest, False)
+        if not raw_db and excluded.excluded(dest, False):
+            continue
+        link = info.target if info.kind == "link" else None
+        if link is not None and raw_db:
+            continue
+        kind = "symlink" if link is not None else "file"
+        entry = Entry(dest, kind, info.size, info.mtime_ns, info.mode, target=link)
+        decision = plan_restore_entry(entry, _dest_state(store, entries.get(dest), dest),
+                                      unsafe=None)
+        if isinstance(decision, (Fetch, MakeLink)):
+            actions.append(Copy(spec.name, src, rel, dest, not raw_db, decision.reason,
+                                link, info.mtime_ns))
+    return actions
+
+
 def _dest_state(store: Store, entry: Entry | None, dest: str) -> LocalState | None:
     """The destination as restore's rule sees it: the manifest entry, else the object."""
     if entry is not None:
         return LocalState(entry.kind if entry.kind == "symlink" else "file", entry.size,
                           entry.mtime_ns)
-    st = store.stat(dest)
+    st = store.head(dest)
     if st is None:
         return None
-    return LocalState("file" if stat.S_ISREG(st.st_mode) else "other", st.st_size,
-                      st.st_mtime_ns)
+    return LocalState("file" if st.kind == "file" else "other", st.size, st.mtime_ns)
 
 
-def _plan_quarantine(spec: AdapterSpec, step: MigrateStep, now_ns: int) -> list[Action]:
+def _plan_quarantine(store: Store, spec: AdapterSpec, step: MigrateStep, now_ns: int
+                     ) -> list[Action]:
     import fnmatch
 
-    store = Store(spec.durable)
     to = step.to.strip("/")
     actions: list[Action] = []
-    for name in store.listdir(""):
-        st = store.stat(name)
-        if st is None or not stat.S_ISREG(st.st_mode):
+    for name in store.names(""):
+        st = store.head(name)
+        if st is None or st.kind != "file":
             continue
         if any(fnmatch.fnmatchcase(name, p) for p in step.patterns):
             new = f"{to}/{name}"
-            if store.stat(new) is not None:
+            if store.head(new) is not None:
                 new = f"{new}.{now_ns}"
             actions.append(Move(spec.durable, name, new))
     return actions or [Note(f"{spec.name}: no {' '.join(step.patterns)} in {spec.durable}: "
@@ -289,21 +299,21 @@ def _plan_quarantine(spec: AdapterSpec, step: MigrateStep, now_ns: int) -> list[
 # -- doing --------------------------------------------------------------------
 
 
-def run(engine: Engine, *, dry_run: bool) -> MigrateReport:
+def run(ctx: Setup, *, dry_run: bool) -> MigrateReport:
     """Plan every adapter's steps; unless `dry_run`, execute them under the state lock."""
     lines: list[str] = []
     errors: list[str] = []
     changes = 0
-    lock = StateLock(engine.config.state_dir, wait=True)
+    lock = StateLock(ctx.config.state_dir, wait=True)
     if not dry_run:
         lock.acquire()
     try:
-        for spec in engine.config.adapters:
+        for spec in ctx.config.adapters:
             copied: list[Entry] = []
             for step in (None, *spec.migrate):
                 try:
                     actions = (plan_dirs(spec) if step is None else
-                               plan_step(engine, spec, step, engine.clock()))
+                               plan_step(ctx, spec, step, ctx.clock()))
                 except DurableError as exc:
                     errors.append(f"{spec.name}: {getattr(step, 'action', 'mkdir')}: {exc}")
                     continue
@@ -321,7 +331,7 @@ def run(engine: Engine, *, dry_run: bool) -> MigrateReport:
                                       "failed (the next run copies again from there)")
                         continue
                     try:
-                        entry = _execute(engine, spec, action)
+                        entry = _execute(ctx, spec, action)
                     except (DurableError, SourceError, OSError) as exc:
                         errors.append(f"{action}: {exc}")
                         failed = True
@@ -331,7 +341,7 @@ def run(engine: Engine, *, dry_run: bool) -> MigrateReport:
                         copied.append(entry)
             if copied:
                 try:
-                    lines.append(_record(engine, spec, copied))
+                    lines.append(_record(ctx, spec, copied))
                 except DurableError as exc:
                     errors.append(f"{spec.name}: manifest: {exc}")
     finally:
@@ -343,12 +353,12 @@ def run(engine: Engine, *, dry_run: bool) -> MigrateReport:
     return MigrateReport(tuple(lines), changes, tuple(errors), dry_run)
 
 
-def _execute(engine: Engine, spec: AdapterSpec, action: Action) -> Entry | None:
+def _execute(ctx: Setup, spec: AdapterSpec, action: Action) -> Entry | None:
     if isinstance(action, MakeDir):
         os.makedirs(action.path, mode=0o700, exist_ok=True)
     elif isinstance(action, Unlink):  # the symlink itself; its target is never touched
         if action.durable:
-            Store(action.path.parent).delete(action.path.name)
+            ctx.store(action.path.parent).delete(action.path.name)
         else:
             os.unlink(action.path)
         if action.then_mkdir:
@@ -356,14 +366,14 @@ def _execute(engine: Engine, spec: AdapterSpec, action: Action) -> Entry | None:
     elif isinstance(action, Link):
         _link(action)
     elif isinstance(action, Move):
-        Store(action.store).rename_new(action.rel, action.new_rel)
+        ctx.rename(action.store, action.rel, action.new_rel)
     elif isinstance(action, SnapshotOpen):
-        openfiles.snapshot(engine.writable_store(spec.durable), action, engine.clock())
+        openfiles.snapshot(ctx.store(spec.durable), action, ctx.clock())
     elif isinstance(action, Copy):
         if action.link_target is not None:
             return Entry(action.dest, "symlink", mtime_ns=action.mtime_ns,
                          target=action.link_target)
-        c = upload(engine.writable_store(spec.durable), os.fspath(action.src_root), action.rel,
+        c = upload(ctx.store(spec.durable), os.fspath(action.src_root), action.rel,
                    known_hash=None, known_size=None, dest=action.dest)
         if action.listed:
             return Entry(action.dest, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64,
@@ -386,9 +396,9 @@ def _link(action: Link) -> None:
         os.close(fd)
 
 
-def _record(engine: Engine, spec: AdapterSpec, copied: list[Entry]) -> str:
+def _record(ctx: Setup, spec: AdapterSpec, copied: list[Entry]) -> str:
     """Record migrated files in the checkpoint's manifest; drop the (cached) index."""
-    store = Store(spec.durable)
+    store = ctx.store(spec.durable)
     mstate = manifest.load(store)
     seq = mstate.last_seq + 1
     entries: dict[str, Entry] = {}
@@ -397,21 +407,20 @@ def _record(engine: Engine, spec: AdapterSpec, copied: list[Entry]) -> str:
         kind = "base"
         excluded = compile_patterns(spec.exclude, where=f"adapter {spec.name!r} exclude")
         dbs = _db_matcher(spec)
-        for rel, st in store.walk():
+        for info in store.list():  # a link is listed with its target
+            rel = info.key
             if excluded.excluded(rel, False) or dbs.excluded(rel, False):
                 continue
-            if stat.S_ISLNK(st.st_mode):
-                entries[rel] = Entry(rel, "symlink", mtime_ns=st.st_mtime_ns,
-                                     target=os.readlink(store.root / rel))
+            if info.kind == "link":
+                entries[rel] = Entry(rel, "symlink", mtime_ns=info.mtime_ns, target=info.target)
             else:
-                entries[rel] = Entry(rel, "file", st.st_size, st.st_mtime_ns,
-                                     st.st_mode & 0o7777)
+                entries[rel] = Entry(rel, "file", info.size, info.mtime_ns, info.mode)
     entries.update((e.path, e) for e in copied)
     store.barrier()
-    name = manifest.write(store, spec.name, seq, kind, entries.values(), created_ns=engine.clock())
-    index_path = engine.adapter_state(spec, seed=False).index_path
+    name = manifest.write(store, spec.name, seq, kind, entries.values(), created_ns=ctx.clock())
+    local = index_path(ctx.config.state_dir, spec.name)
     try:
-        index_path.unlink(missing_ok=True)
+        local.unlink(missing_ok=True)
     except OSError as exc:
-        raise durable_error("remove the local index", index_path, exc) from exc
+        raise durable_error("remove the local index", local, exc) from exc
     return f"done: recorded {len(copied)} migrated path(s) in {spec.name}:{name}"

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,8 +45,8 @@ from syncengine.copier import stream
 from syncengine.durable import chain, manifest, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.posix import savefile
-from syncengine.durable.posix.safepath import DirCache, UnsafePath
-from syncengine.durable.posix.store import MANIFEST_DIR, Store
+from syncengine.durable.posix.safepath import UnsafePath
+from syncengine.durable.store import MANIFEST_DIR, ObjectInfo, Store
 from syncengine.errors import DurableError, SourceError
 from syncengine.local import behind
 from syncengine.local.index import Index
@@ -189,7 +187,7 @@ def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
     done = 0
     meter = progress.start("verify", name, len(todo), sum(
         e.size for e in todo if sampled(e.path, state.last_seq, sample)))
-    with store.reader() as durable:
+    with store.batch():
         for entry in todo:
             if limit is not None and done >= limit:
                 meter.finish()
@@ -198,7 +196,7 @@ def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
                 return AdapterVerify(name, state.last_seq, len(entries), prog.checked,
                                      prog.hashed, prog.bytes_read, tuple(problems), (),
                                      tuple(notes), complete=False, resumed_after=resumed)
-            found, read = check.entry(durable, entry, sampled(entry.path, state.last_seq, sample))
+            found, read = check.entry(entry, sampled(entry.path, state.last_seq, sample))
             problems.extend(Problem(name, entry.path, w) for w in found)
             prog.checked += 1
             prog.hashed += read is not None
@@ -241,28 +239,28 @@ def unlisted_files(store: Store, entries: Iterable[Entry]) -> list[str]:
     for e in entries:
         listed.add(e.path)
         listed.add(e.location)
-    return sorted(rel for rel, _ in store.walk() if rel not in listed)
+    return sorted(info.key for info in store.list() if info.key not in listed)
 
 
-def _size_problem(st: os.stat_result | None, size: int, what: str) -> str | None:
+def _size_problem(st: ObjectInfo | None, size: int, what: str) -> str | None:
     if st is None:
         return f"{what} is missing on the durable side"
-    if not stat.S_ISREG(st.st_mode):
+    if st.kind != "file":
         return f"{what} is not a regular file on the durable side"
-    if size >= 0 and st.st_size != size:
-        how = "truncated" if st.st_size < size else "larger"
-        return f"{what} has {st.st_size} bytes, the manifest says {size} ({how})"
+    if size >= 0 and st.size != size:
+        how = "truncated" if st.size < size else "larger"
+        return f"{what} has {st.size} bytes, the manifest says {size} ({how})"
     return None
 
 
-def _check_chain(store: Store, durable: DirCache, entry: Entry, sample: bool,
-                 notes: list[str]) -> tuple[list[str], int | None]:
-    resolved = chain.load(durable, entry)  # the objects restore would use, or SourceError
+def _check_chain(store: Store, entry: Entry, sample: bool, notes: list[str]
+                 ) -> tuple[list[str], int | None]:
+    resolved = chain.load(store, entry)  # the objects restore would use, or SourceError
     out = []
     for i, piece in enumerate(resolved.pieces):
-        st = store.stat(piece.name)
+        st = store.head(piece.name)
         problem = _size_problem(st, piece.length, f"segment {piece.name}")
-        torn = st is not None and st.st_size < piece.length and i == len(resolved.pieces) - 1
+        torn = st is not None and st.size < piece.length and i == len(resolved.pieces) - 1
         if problem and torn and i >= resolved.recorded:
             notes.append(f"{entry.path}: last segment {piece.label} is cut short and no "
                          "manifest lists it (a killed publish): restore ends before it")
@@ -270,7 +268,7 @@ def _check_chain(store: Store, durable: DirCache, entry: Entry, sample: bool,
             out.append(problem)
     if out or not sample:
         return out, None
-    read, _ = chain.read(resolved, durable, None)
+    read, _ = chain.read(resolved, store, None)
     return [], read.size
 @attrs.define
 class _Unrecorded:
@@ -301,18 +299,17 @@ class _Checker:
     notes: list[str]
     unrecorded: _Unrecorded
 
-    def entry(self, durable: DirCache, entry: Entry, sample: bool
-              ) -> tuple[list[str], int | None]:
+    def entry(self, entry: Entry, sample: bool) -> tuple[list[str], int | None]:
         """(problems, bytes read back or None) for one manifest entry."""
         try:
             if entry.kind in ("symlink", "dir"):
                 return [], None  # recorded in the manifest only: no durable object
             if entry.kind == "segments":
-                return _check_chain(self.store, durable, entry, sample, self.notes)
+                return _check_chain(self.store, entry, sample, self.notes)
             if entry.kind == "file":
-                return self._file(durable, entry, sample)
+                return self._file(entry, sample)
             if entry.kind == "sqlite":
-                return self._sqlite(durable, entry)
+                return self._sqlite(entry)
         except UnsafePath as exc:
             return [f"unsafe name in the manifest ({exc.reason})"], None
         except SourceError as exc:
@@ -323,9 +320,9 @@ class _Checker:
                           "not checked")
         return [], None
 
-    def _judged(self, entry: Entry, what: str, size: int, st: os.stat_result,
+    def _judged(self, entry: Entry, what: str, size: int, st: ObjectInfo,
                 digest: int | None) -> list[str]:
-        verdict = recorded.judge(entry, size, st.st_mtime_ns, digest,
+        verdict = recorded.judge(entry, size, st.mtime_ns, digest,
                                  unrecorded=self.unrecorded)
         if verdict.newer:
             self.notes.append(f"{entry.path}: {what} is a newer complete version than the "
@@ -333,33 +330,34 @@ class _Checker:
                               "and the next checkpoint records it")
         return [f"{what} {verdict.problem}"] if verdict.problem else []
 
-    def _file(self, durable: DirCache, entry: Entry, sample: bool
-              ) -> tuple[list[str], int | None]:
-        st = self.store.stat(entry.location)
+    def _file(self, entry: Entry, sample: bool) -> tuple[list[str], int | None]:
+        st = self.store.head(entry.location)
         problem = _size_problem(st, -1, entry.location)
         if problem or st is None:
             return [problem or ""], None
         if not sample:
-            return self._judged(entry, entry.location, st.st_size, st, None), None
-        fd = durable.open_file(entry.location)
+            return self._judged(entry, entry.location, st.size, st, None), None
         try:
-            n, h = stream(fd, None, None, src_name=entry.location)
-        finally:
-            os.close(fd)
+            with self.store.open(entry.location) as obj:
+                n, h = stream(obj.file, None, None, src_name=entry.location)
+        except DurableError as exc:  # this object only, as an OSError was before
+            return [f"cannot read: {exc}"], None
         return self._judged(entry, entry.location, n, st, h), n
 
-    def _sqlite(self, durable: DirCache, entry: Entry) -> tuple[list[str], int | None]:
+    def _sqlite(self, entry: Entry) -> tuple[list[str], int | None]:
         """The same check as checkpoint and restore: ``unchecked`` is a note, not a problem."""
         where = f"snapshot {entry.location}"
-        st = self.store.stat(entry.location)
+        st = self.store.head(entry.location)
         problem = _size_problem(st, -1, where)
         if problem or st is None:
             return [problem or ""], None
         try:
-            n, h, verdict = sqlite.check_durable_copy(durable, entry.location,
+            n, h, verdict = sqlite.check_durable_copy(self.store, entry.location,
                                                       self.state_dir / "verify")
         except CheckFailed as exc:
             return [f"{where}: could not be checked: {exc}"], None
+        except DurableError as exc:  # this object only, as an OSError was before
+            return [f"cannot read: {exc}"], None
         out = [f"{where}: fails quick_check ({verdict.detail})"] if verdict.corrupt else []
         if verdict.state == UNCHECKED:
             self.notes.append(verdict.message(where))

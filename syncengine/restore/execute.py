@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing, contextmanager
 from typing import Any
@@ -40,7 +39,7 @@ from syncengine.copier import Vanished, in_order
 from syncengine.durable import manifest, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.posix.safepath import DirCache, UnsafePath, check_relpath
-from syncengine.durable.posix.store import Store
+from syncengine.durable.store import Store
 from syncengine.errors import DurableError, SourceError
 from syncengine.local.index import DIRTY, Index
 from syncengine.plan import (
@@ -84,20 +83,11 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
         entries = openfiles.reconcile(store, state.entries.values())
         return entries + list(state.invalid.values()), list(state.problems), "manifest"
     entries = []
-    for rel, st in store.walk():
-        if stat.S_ISLNK(st.st_mode):
-            try:
-                target = os.readlink(store.root / rel)
-            except FileNotFoundError:
-                log.info("restore.vanished path=%s: gone from the durable tree (old layout, no "
-                         "manifest) since it was listed; skipped", rel)
-                continue
-            except OSError as exc:
-                entries.append(Entry.invalid(rel, f"cannot read the durable symlink: {exc}"))
-                continue
-            entries.append(Entry(rel, "symlink", mtime_ns=st.st_mtime_ns, target=target))
+    for info in store.list():  # a link is listed with its target (durable.store)
+        if info.kind == "link":
+            entries.append(Entry(info.key, "symlink", mtime_ns=info.mtime_ns, target=info.target))
         else:
-            entries.append(Entry(rel, "file", st.st_size, st.st_mtime_ns, st.st_mode & 0o7777))
+            entries.append(Entry(info.key, "file", info.size, info.mtime_ns, info.mode))
     return openfiles.reconcile(store, entries), list(state.problems), "walk"
 
 
@@ -187,7 +177,8 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int,
     meter = progress.start("restore", state.name, len(fetches),
                            sum(a.entry.size or 0 for a in fetches))
     try:
-        with DirCache(state.live, create=True) as live, state.store.reader() as durable, \
+        durable = state.store
+        with DirCache(state.live, create=True) as live, durable.batch(), \
                 _dirs_around(state, dirs, live, made, errors), \
                 closing(_execute(fetches, live, durable, jobs, unrecorded)) as results:
             for action, result in results:
@@ -314,7 +305,7 @@ def _seed(index: Index, entry: Entry) -> None:
 Outcome = Done | KeepLocal | Vanished | SourceError  # KeepLocal: a log whose chain is not newer
 
 
-def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: DirCache, jobs: int,
+def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: Store, jobs: int,
              unrecorded: bool) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
     """Each action's outcome, in order: threads on a mount, processes on a local disk.
 

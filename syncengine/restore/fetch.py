@@ -26,7 +26,8 @@ from syncengine.durable import chain, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.posix import savefile
 from syncengine.durable.posix.safepath import DirCache, UnsafePath
-from syncengine.errors import DurableError, SourceError, durable_error, source_error
+from syncengine.durable.store import ObjectInfo, Opened, Store
+from syncengine.errors import DurableError, SourceError, source_error
 from syncengine.plan import Fetch, KeepLocal, LocalState, keep_reason
 
 log = logging.getLogger("syncengine")
@@ -51,51 +52,48 @@ def local_state(live: DirCache, relpath: str) -> LocalState | None:
     return LocalState(kind, st.st_size, st.st_mtime_ns, st.st_mode & 0o7777)
 
 
-def fetch_file(action: Fetch, live: DirCache, durable: DirCache, *, unrecorded: bool
+def fetch_file(action: Fetch, live: DirCache, durable: Store, *, unrecorded: bool
                ) -> Done | Vanished:
     """Copy one durable file into place, checked; Vanished: an old-layout file gone since
     the listing (skipped, like rsync's exit 24)."""
     entry = action.entry
-    where = f"{durable.root}/{entry.location}"
     try:
-        src = durable.open_file(entry.location)
-    except UnsafePath:
-        raise
-    except FileNotFoundError as exc:
+        with durable.open(entry.location) as src:
+            return _place(action, src, live, durable.where(entry.location), unrecorded)
+    except FileNotFoundError as exc:  # the durable object (`_place` raises no OSError)
         if action.walked:
             log.info("restore.vanished path=%s: gone from the durable tree (old layout, no "
                      "manifest) since it was listed; skipped", entry.path)
             return Vanished(entry.path)
         raise SourceError(entry.path, "restore", f"listed in the manifest but missing on the "
                           f"durable side ({entry.location})") from exc
-    except OSError as exc:
-        raise durable_error("open", where, exc) from exc
+
+
+def _place(action: Fetch, src: Opened, live: DirCache, where: str, unrecorded: bool) -> Done:
+    entry = action.entry
     try:
-        st = os.fstat(src)
-        if not stat.S_ISREG(st.st_mode):
+        if src.info.kind != "file":
             raise SourceError(entry.path, "restore", f"durable object {entry.location} is not "
                               "a regular file")
         with live.parent(entry.path) as (dir_fd, name), \
                 savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
             try:
-                n, h = stream(src, None, tmp.write, src_name=where, dst_name=entry.path)
+                n, h = stream(src.file, None, tmp.write, src_name=where, dst_name=entry.path)
             except DurableError as exc:  # here the "durable" side of stream() is the live file
                 raise SourceError(entry.path, "write", str(exc)) from exc
-            placed = entry if action.walked else _checked(entry, n, st, h, unrecorded)
+            placed = entry if action.walked else _checked(entry, n, src.info, h, unrecorded)
             tmp.close(mode=entry.mode, mtime_ns=placed.mtime_ns)
             tmp.publish(name, target_dir_fd=dir_fd)
             after = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as exc:
         raise source_error("restore", entry.path, exc) from exc
-    finally:
-        os.close(src)
     return placed, after, h
 
 
-def _checked(entry: Entry, size: int, st: os.stat_result, digest: int, unrecorded: bool
+def _checked(entry: Entry, size: int, st: ObjectInfo, digest: int, unrecorded: bool
              ) -> Entry:
     """The entry as placed: the recorded one, or a newer complete version (raise if corrupt)."""
-    verdict = recorded.judge(entry, size, st.st_mtime_ns, digest, unrecorded=unrecorded)
+    verdict = recorded.judge(entry, size, st.mtime_ns, digest, unrecorded=unrecorded)
     if verdict.problem is not None:
         raise SourceError(entry.path, "restore", f"the durable copy {entry.location} "
                           f"{verdict.problem}; the live path was left as it was")
@@ -104,10 +102,10 @@ def _checked(entry: Entry, size: int, st: os.stat_result, digest: int, unrecorde
     log.warning("restore.newer-than-manifest path=%s: the durable copy is a newer complete "
                 "version than the manifest records (a checkpoint was interrupted before "
                 "recording it); restored with its own mtime", entry.path)
-    return attrs.evolve(entry, size=size, mtime_ns=st.st_mtime_ns, hash=digest)
+    return attrs.evolve(entry, size=size, mtime_ns=st.mtime_ns, hash=digest)
 
 
-def fetch_log(entry: Entry, live: DirCache, durable: DirCache) -> Done | KeepLocal:
+def fetch_log(entry: Entry, live: DirCache, durable: Store) -> Done | KeepLocal:
     """Rebuild an append-only log from its chain, listed here (in the copy pool, so the
     listings of many logs overlap on a slow mount), and from its plain copy where that
     extends the chain (chain.py).
@@ -153,7 +151,7 @@ def fetch_log(entry: Entry, live: DirCache, durable: DirCache) -> Done | KeepLoc
 
 
 def _keep_local(entry: Entry, resolved: chain.Chain, live: DirCache,
-                plain: os.stat_result | None) -> KeepLocal | None:
+                plain: ObjectInfo | None) -> KeepLocal | None:
     """KeepLocal when the live copy of a log is as new as its chain, or as its plain copy
     when that is longer (hot restart)."""
     local = local_state(live, entry.path)
@@ -161,7 +159,7 @@ def _keep_local(entry: Entry, resolved: chain.Chain, live: DirCache,
         return None
     durable = resolved.as_entry()
     if plain is not None:
-        durable = attrs.evolve(durable, size=plain.st_size, mtime_ns=plain.st_mtime_ns)
+        durable = attrs.evolve(durable, size=plain.size, mtime_ns=plain.mtime_ns)
     reason = keep_reason(durable, local)
     return KeepLocal(entry, reason) if reason is not None else None
 

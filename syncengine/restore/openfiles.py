@@ -25,7 +25,7 @@ from syncengine.checkpoint import segments
 from syncengine.config import AdapterSpec, MigrateStep
 from syncengine.copier import stream
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.store import META_DIR, Store
+from syncengine.durable.store import META_DIR, Store
 from syncengine.errors import DurableError, SourceError
 from syncengine.patterns import compile_patterns
 
@@ -84,10 +84,13 @@ def _open_held(proc_path: str) -> tuple[int, os.stat_result]:
     return fd, st
 
 
-def plan(spec: AdapterSpec, step: MigrateStep) -> list[SnapshotOpen | str]:
-    """A copy per matching open file; a line of text when there is nothing to do."""
+def plan(spec: AdapterSpec, step: MigrateStep, store: Store) -> list[SnapshotOpen | str]:
+    """A copy per matching open file; a line of text when there is nothing to do.
+
+    `store` is the adapter's durable side (its copies so far); the open files are
+    found through /proc, by the real path of ``spec.durable``.
+    """
     matcher = compile_patterns(step.patterns, where=f"adapter {spec.name!r} migrate")
-    store = Store(spec.durable)
     actions: list[SnapshotOpen | str] = []
     # Only files open *on the durable side* (the old layout wrote there through a
     # symlink): a writer on the live tree is the new layout, checkpointed as usual,
@@ -122,18 +125,16 @@ def snapshot(store: Store, action: SnapshotOpen, now_ns: int) -> None:
     name = f"{OPEN_DIR}/{action.rel}.{now_ns:019d}"
     fd, st = _open_held(action.proc_path)
     try:
-        with store.staged(st.st_mode, name, unique=True) as tmp:
-            n, h = stream(fd, action.size, tmp.write, src_name=action.proc_path,
-                          dst_name=f"{store.root}/{name}")
+        with store.writer(name, mode=st.st_mode, mtime_ns=st.st_mtime_ns, unique=True) as out:
+            n, h = stream(fd, action.size, out.write, src_name=action.proc_path,
+                          dst_name=store.where(name))
             if n != action.size:
                 raise SourceError(action.rel, "copy open file", "shrank while copying")
-            store.close(tmp, name, mode=st.st_mode, mtime_ns=st.st_mtime_ns)
-            store.publish(tmp, name)
     finally:
         os.close(fd)
     back = xxhash.xxh3_64_intdigest(store.read_bytes(name))
     if back != h:
-        raise DurableError(f"{store.root}/{name}: read back differs from what was written")
+        raise DurableError(f"{store.where(name)}: read back differs from what was written")
 
 
 
@@ -146,21 +147,17 @@ def _copies(store: Store) -> dict[str, list[tuple[str, int, int, int]]]:
     """Open-file copies on the durable side: path -> [(object, bytes, mtime_ns, mode)]."""
     out: dict[str, list[tuple[str, int, int, int]]] = {}
     prefix = OPEN_DIR + "/"
-    for rel, st in store.walk(OPEN_DIR):
-        m = _COPY_NAME.match(rel[len(prefix):])
-        if m and stat.S_ISREG(st.st_mode):
-            out.setdefault(m.group(1), []).append((rel, st.st_size, st.st_mtime_ns,
-                                                   st.st_mode & 0o7777))
+    for info in store.list(OPEN_DIR):
+        m = _COPY_NAME.match(info.key[len(prefix):])
+        if m and info.kind == "file":
+            out.setdefault(m.group(1), []).append((info.key, info.size, info.mtime_ns,
+                                                   info.mode))
     return out
 
 
 def _hash(store: Store, relpath: str, limit: int | None) -> tuple[int, int]:
-    with store.reader() as durable:
-        fd = durable.open_file(relpath)
-    try:
-        return stream(fd, limit, None, src_name=f"{store.root}/{relpath}")
-    finally:
-        os.close(fd)
+    with store.open(relpath) as durable:
+        return stream(durable.file, limit, None, src_name=store.where(relpath))
 
 
 def reconcile(store: Store, entries: Iterable[Entry]) -> list[Entry]:

@@ -38,8 +38,8 @@ from syncengine.durable import recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.posix import savefile
 from syncengine.durable.posix.safepath import DirCache, UnsafePath
-from syncengine.durable.posix.store import Store
-from syncengine.errors import DurableError, SourceError, durable_error, source_error
+from syncengine.durable.store import ObjectInfo, Store
+from syncengine.errors import DurableError, SourceError, source_error
 from syncengine.local.index import DIRTY, Index
 from syncengine.plan import RestoreDB
 from syncengine.sqlite_check import CheckFailed, Verdict, check, connect
@@ -61,12 +61,12 @@ def plan(entries: Iterable[Entry], patterns: Sequence[str], live: Path, store: S
     dbs: dict[str, RestoreDB] = {e.path: RestoreDB(e) for e in entries if e.kind == "sqlite"}
     raw = [e.path for e in entries if e.kind == "file" and matches(patterns, e.path)]
     raw += [p for p in patterns if not any(c in p for c in "*?[") and p not in by_path
-            and store.is_file(p.strip("/"))]
+            and _is_file(store, p.strip("/"))]
     for path in raw:
         path = path.strip("/")
         if path not in dbs:
             wal = path + "-wal"
-            has_wal = wal in by_path or store.is_file(wal)
+            has_wal = wal in by_path or _is_file(store, wal)
             src = by_path.get(path)
             dbs[path] = RestoreDB(
                 Entry(path, "sqlite", src.size if src else 0, src.mtime_ns if src else 0,
@@ -80,6 +80,12 @@ def plan(entries: Iterable[Entry], patterns: Sequence[str], live: Path, store: S
     return rest, [dbs[p] for p in sorted(dbs)]
 
 
+def _is_file(store: Store, key: str) -> bool:
+    """Whether a regular file is at `key` (one head, no listing)."""
+    info = store.head(key)
+    return info is not None and info.kind == "file"
+
+
 @attrs.frozen
 class Outcome:
     kept: bool
@@ -91,7 +97,7 @@ class Outcome:
         return self.restored is not None
 
 
-def restore_db(action: RestoreDB, live: DirCache, durable: DirCache, opts: Options, *,
+def restore_db(action: RestoreDB, live: DirCache, durable: Store, opts: Options, *,
                unrecorded: bool = True) -> Outcome:
     """Carry out one RestoreDB; raise SourceError (per path) or DurableError.
 
@@ -107,7 +113,7 @@ def restore_db(action: RestoreDB, live: DirCache, durable: DirCache, opts: Optio
         raise source_error("restore", action.entry.path, exc) from exc
 
 
-def _restore_in(action: RestoreDB, dir_fd: int, name: str, durable: DirCache, opts: Options,
+def _restore_in(action: RestoreDB, dir_fd: int, name: str, durable: Store, opts: Options,
                 unrecorded: bool) -> Outcome:
     entry = action.entry
     here = f"/proc/self/fd/{dir_fd}"
@@ -162,7 +168,7 @@ def _validate(path: str, relpath: str, timeout: float) -> str | None:
     return None
 
 
-def _fetch(entry: Entry, legacy_wal: str | None, durable: DirCache, tmp: savefile.Staged,
+def _fetch(entry: Entry, legacy_wal: str | None, durable: Store, tmp: savefile.Staged,
            tmp_path: str, opts: Options, unrecorded: bool) -> Entry:
     """Copy the durable database (and an old-layout WAL) into `tmp` and verify it.
 
@@ -172,7 +178,7 @@ def _fetch(entry: Entry, legacy_wal: str | None, durable: DirCache, tmp: savefil
     legacy = bool(entry.extra.get("legacy"))
     size, h, st = _copy(durable, entry.location, entry.path, tmp.write, legacy)
     if not legacy:
-        judged = recorded.judge(entry, size, st.st_mtime_ns, h, unrecorded=unrecorded)
+        judged = recorded.judge(entry, size, st.mtime_ns, h, unrecorded=unrecorded)
         if judged.problem is not None:
             raise SourceError(entry.path, "restore", f"the durable snapshot {entry.location} "
                               f"{judged.problem}; the local files were left alone")
@@ -180,7 +186,7 @@ def _fetch(entry: Entry, legacy_wal: str | None, durable: DirCache, tmp: savefil
             log.warning("restore.newer-than-manifest path=%s: the durable snapshot is newer "
                         "than the manifest records (a checkpoint was interrupted before "
                         "recording it); restoring it after quick_check", entry.path)
-            entry = attrs.evolve(entry, size=size, mtime_ns=st.st_mtime_ns, hash=h)
+            entry = attrs.evolve(entry, size=size, mtime_ns=st.mtime_ns, hash=h)
     tmp.close(mode=entry.mode | 0o600)
     try:
         if legacy_wal is not None:
@@ -226,32 +232,24 @@ def _recover(path: str, relpath: str, timeout: float) -> None:
         log.warning("sqlite.legacy-recovery-failed path=%s error=%s", relpath, exc)
 
 
-def _copy(durable: DirCache, location: str, path: str, write: Callable[[memoryview], None],
-          legacy: bool) -> tuple[int, int, os.stat_result]:
-    """(bytes, xxh3, stat before reading) of one durable object fed to `write`."""
+def _copy(durable: Store, location: str, path: str, write: Callable[[memoryview], None],
+          legacy: bool) -> tuple[int, int, ObjectInfo]:
+    """(bytes, xxh3, info before reading) of one durable object fed to `write`."""
     try:
-        src = durable.open_file(location)
-    except UnsafePath:
-        raise
+        with durable.open(location) as src:
+            if src.info.kind != "file":
+                raise SourceError(path, "restore", f"durable object {location} is not a "
+                                  "regular file")
+            try:
+                n, h = stream(src.file, None, write, src_name=durable.where(location),
+                              dst_name=path)
+            except DurableError as exc:  # here the "durable" side of stream() is the live file
+                raise SourceError(path, "write", str(exc)) from exc
     except FileNotFoundError as exc:
         where = ("found in the durable tree (old raw layout) but gone when read" if legacy
                  else "listed in the manifest but missing on the durable side")
         raise SourceError(path, "restore", f"{where} ({location})") from exc
-    except OSError as exc:
-        raise durable_error("open", f"{durable.root}/{location}", exc) from exc
-    try:
-        st = os.fstat(src)
-        if not stat.S_ISREG(st.st_mode):
-            raise SourceError(path, "restore", f"durable object {location} is not a regular "
-                              "file")
-        try:
-            n, h = stream(src, None, write, src_name=f"{durable.root}/{location}",
-                          dst_name=path)
-        except DurableError as exc:  # here the "durable" side of stream() is the live file
-            raise SourceError(path, "write", str(exc)) from exc
-    finally:
-        os.close(src)
-    return n, h, st
+    return n, h, src.info
 
 
 def _quarantine(dir_fd: int, name: str, relpath: str, root: Path) -> str | None:

@@ -1,21 +1,22 @@
-"""The durable side behind one narrow interface.
+"""The POSIX implementation of the durable `Store` (a local directory or a FUSE mount).
 
-A `Store` is one adapter's durable directory: it publishes closed objects
+`PosixStore` is one adapter's durable directory: it publishes closed objects
 (staged in a dedicated ``.syncengine/staging`` directory, then renamed into
-place), opens objects for reading without following symlinks, lists the
-manifest directory, and walks the tree only for restores of state written
-before manifests existed.  Restore, verify and GC go through this interface
-and never build durable paths themselves.
+place), opens objects for reading through a `DirCache` (never following a
+symlink), lists directories, and walks the tree only for durable trees of the
+old rsync layout.  Descriptors, stat results and paths stay in this package:
+callers get the plain values of `syncengine.durable.store`.
 
 Where the mount cannot rename (the probe says so: `configure`), a new version
 is written once under a new, unique name in ``.syncengine/objects/<path>/``
-and `publish` returns that name: the caller records it as the manifest
-entry's ``object``, so the previous version stays authoritative until the
-manifest naming the new one is complete.  Manifest objects, already uniquely
-named, are then written directly under their final name.  Where attributes
-set on an open handle are lost at commit, mode and mtime are set by name
-after close.  The fallbacks live here only: callers do not branch on them.
-Errors become `DurableError` here, with the operation and the path.
+and the writer reports that name (`ObjectWriter.object`): the caller records
+it as the manifest entry's ``object``, so the previous version stays
+authoritative until the manifest naming the new one is complete.  Manifest
+objects, already uniquely named, are then written directly under their final
+name.  Where attributes set on an open handle are lost at close, mode and
+mtime are set by name after close.  The fallbacks live here only: callers do
+not branch on them.  Errors become `DurableError` here, with the operation
+and the path.
 
 On a write-back mount (writeback.py: close returns before the bucket has the
 object), `confirm` asks the mount, through the `Uploads` the engine gives
@@ -24,9 +25,11 @@ object), `confirm` asks the mount, through the `Uploads` the engine gives
 
 from __future__ import annotations
 
+import builtins
 import functools
 import os
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,7 +37,17 @@ from pathlib import Path
 
 from syncengine.durable.posix import savefile
 from syncengine.durable.posix.safepath import DirCache
-from syncengine.durable.posix.writeback import Uploads
+from syncengine.durable.store import (
+    MANIFEST_DIR,
+    META_DIR,
+    OBJECTS_DIR,
+    STAGING_DIR,
+    Kind,
+    ObjectInfo,
+    Opened,
+    Target,
+    Uploads,
+)
 from syncengine.errors import (
     CommitRefused,
     DurableError,
@@ -45,39 +58,48 @@ from syncengine.errors import (
     publish_error,
 )
 
-META_DIR = ".syncengine"
-STAGING_DIR = f"{META_DIR}/staging"
-MANIFEST_DIR = f"{META_DIR}/manifest"
-OBJECTS_DIR = f"{META_DIR}/objects"
+__all__ = ["MANIFEST_DIR", "META_DIR", "OBJECTS_DIR", "STAGING_DIR", "PosixStore", "Store",
+           "new_object_name", "rename_new"]
 
 
-class Store:
+class PosixStore:
     """One adapter's durable directory (a local path or a FUSE mount)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self._staging = self.root / STAGING_DIR
         self._staging_ready = False
-        self._reader: DirCache | None = None
+        self._dirs: DirCache | None = None  # inside `batch`
+        self._batch_depth = 0
+        self._batch_lock = threading.Lock()
         self.rename_supported = True
         self.attrs_after_close = False
-        self.keeps_mtime = False  # an object's mtime is the one given at close
+        self._keeps_mtime = False  # an object's mtime is the one given at close
         self.uploads: Uploads | None = None  # None: close is the upload (no write-back)
         self._last_write = 0.0  # time.monotonic() of the last object closed or renamed
         self._before_write: Callable[[], None] | None = None
 
-    def configure(self, *, rename_supported: bool, attrs_after_close: bool,
-                  keeps_mtime: bool = False, uploads: Uploads | None = None) -> None:
+    def configure(self, target: Target) -> None:
         """Adopt what the mount probe found (see syncengine.durable.posix.probe)."""
-        self.rename_supported = rename_supported
-        self.attrs_after_close = attrs_after_close
-        self.keeps_mtime = keeps_mtime
-        self.uploads = uploads
+        self.rename_supported = target.rename_supported
+        self.attrs_after_close = target.attrs_after_close
+        self._keeps_mtime = target.keeps_mtime
+        self.uploads = target.uploads
+
+    @property
+    def keeps_mtime(self) -> bool:
+        return self._keeps_mtime
 
     @property
     def instance(self) -> str:
         """The write-back mount instance objects are recorded under ("" without one)."""
         return self.uploads.instance if self.uploads is not None else ""
+
+    def describe(self) -> str:
+        return str(self.root)
+
+    def where(self, key: str) -> str:
+        return f"{self.root}/{key}" if key else str(self.root)
 
     def before_first_write(self, prepare: Callable[[], None]) -> None:
         """Run `prepare` once, just before this store's first write (health check, probe).
@@ -95,7 +117,7 @@ class Store:
             self._before_write = None
 
     def __repr__(self) -> str:
-        return f"Store({str(self.root)!r})"
+        return f"PosixStore({str(self.root)!r})"
 
     # -- writing --------------------------------------------------------
     def _ensure_staging(self) -> None:
@@ -107,7 +129,7 @@ class Store:
             self._staging_ready = True
 
     @contextmanager
-    def staged(self, source_mode: int = 0o600, relpath: str | None = None, *,
+    def _staged(self, source_mode: int = 0o600, relpath: str | None = None, *,
                unique: bool = False, exclusive: bool = False) -> Iterator[savefile.Staged]:
         """A new object for `relpath`, discarded unless published.
 
@@ -136,17 +158,33 @@ class Store:
             if not tmp.published:
                 tmp.discard()
 
-    def close(self, tmp: savefile.Staged, relpath: str | None = None, *,
-              mode: int | None = None, mtime_ns: int | None = None) -> None:
+    @contextmanager
+    def writer(self, key: str, *, mode: int, mtime_ns: int | None = None, unique: bool = False,
+               sync: bool = False) -> Iterator[_Writer]:
+        """One new object for `key`, committed on a clean exit (the `Store` contract).
+
+        Staged and renamed into place, or, without rename, written once under a
+        unique name (`unique`: `key` is one already), which `object` reports.
+        `sync`: fsync before it becomes visible (the journal).
+        """
+        with self._staged(mode, key, unique=unique) as tmp:
+            out = _Writer(tmp)
+            yield out
+            self._close(tmp, key, mode=mode, mtime_ns=mtime_ns, sync=sync)
+            out.object = self._publish(tmp, key)
+
+    def _close(self, tmp: savefile.Staged, relpath: str | None = None, *,
+               mode: int | None = None, mtime_ns: int | None = None, sync: bool = False
+               ) -> None:
         """Close (= commit on a mount) the new object for `relpath`, with mode and mtime.
 
-        An error at close means the object was not written; `staged` then
+        An error at close means the object was not written; `_staged` then
         discards it and the previous version stays.  Raises `CommitRefused`
         (the mount refused this object: that path's error, the run goes on) or
         `DurableError` (the mount is gone, read-only or full: the run stops).
         """
         try:
-            tmp.close(mode=mode, mtime_ns=mtime_ns)
+            tmp.close(mode=mode, mtime_ns=mtime_ns, fsync=sync)
             self._last_write = time.monotonic()
             if self.attrs_after_close:
                 tmp.set_attrs(mode=mode, mtime_ns=mtime_ns)
@@ -154,7 +192,7 @@ class Store:
             target = self.root / relpath if relpath else tmp.name
             raise commit_error(relpath or tmp.name, target, exc) from exc
 
-    def publish(self, tmp: savefile.Staged, relpath: str) -> str | None:
+    def _publish(self, tmp: savefile.Staged, relpath: str) -> str | None:
         """Make a closed object the new version of `relpath`.
 
         Returns None when it was renamed to `relpath` itself, or the store
@@ -175,8 +213,10 @@ class Store:
         self._last_write = time.monotonic()  # a mount may queue the upload under the new name
         return None
 
-    def put_bytes(self, relpath: str, data: bytes, *, mode: int = 0o644) -> None:
-        """Publish `data` as one closed object at `relpath`, a name used once (manifests).
+    def put_bytes(self, relpath: str, data: bytes, *, if_absent: bool, mode: int = 0o644
+                  ) -> None:
+        """Publish `data` as one closed object at `relpath`; with `if_absent`, a name used
+        once (manifests).
 
         An object already there is never replaced.  Found by the lookup first:
         `NameTaken` (this writer is behind the durable side).  Appearing after
@@ -185,17 +225,21 @@ class Store:
         where the mount cannot rename), or, where the mount cannot refuse, the
         object read back right after the rename is not ours.
         """
-        if self.stat(relpath) is not None:
+        if not if_absent:
+            with self.writer(relpath, mode=mode) as w:
+                w.write(data)
+            return
+        if self.head(relpath) is not None:
             raise NameTaken(f"write {self.root / relpath}: an object of that name already "
                             "exists, and this name is written once")
         try:
-            with self.staged(mode, relpath, unique=True, exclusive=True) as tmp:
+            with self._staged(mode, relpath, unique=True, exclusive=True) as tmp:
                 try:
                     tmp.write(data)
                 except OSError as exc:
                     raise durable_error("write", self.root / relpath, exc) from exc
                 try:
-                    self.close(tmp, relpath, mode=mode)
+                    self._close(tmp, relpath, mode=mode)
                 except CommitRefused as exc:  # nothing can be recorded without this object
                     raise DurableError(f"write {self.root / relpath}: {exc.reason}") from exc
                 guarded = self._publish_new(tmp, relpath)
@@ -227,8 +271,6 @@ class Store:
             return self.read_bytes(relpath)
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            raise durable_error("read back", self.root / relpath, exc) from exc
 
     def _shared(self, relpath: str) -> SharedRoot:
         return SharedRoot(
@@ -305,59 +347,108 @@ class Store:
         except OSError as exc:
             raise durable_error("stat", self.root, exc) from exc
 
-    def stat(self, relpath: str) -> os.stat_result | None:
-        """lstat of one object (verify, gc, migrate; never the periodic loop), or None."""
+    def head(self, relpath: str) -> ObjectInfo | None:
+        """One object (lstat: a link is reported, not followed), or None.  Never on the
+        periodic loop's idle path."""
+        path = self.root / relpath
         try:
-            return os.stat(self.root / relpath, follow_symlinks=False)
+            st = os.stat(path, follow_symlinks=False)
+            target = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
-            raise durable_error("stat", self.root / relpath, exc) from exc
+            raise durable_error("stat", path, exc) from exc
+        return _info(relpath, st, target)
 
-    def is_file(self, relpath: str) -> bool:
-        """Whether a regular file is at `relpath` (restore only: one stat, no listing)."""
-        st = self.stat(relpath)
-        return st is not None and stat.S_ISREG(st.st_mode)
-
-    def reader(self) -> DirCache:
-        """A cache of directory descriptors for safe reads; close it when done."""
-        return DirCache(self.root)
-
-    def read_bytes(self, relpath: str, *, dirs: DirCache | None = None) -> bytes:
-        """One object's bytes; pass `dirs` (from `reader()`) when reading several, so
-        the directories on the way are opened once, not once per object."""
-        if dirs is not None:
-            fd = dirs.open_file(relpath)
-        else:
-            with self.reader() as own:
-                fd = own.open_file(relpath)
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
-
-    def listdir(self, reldir: str) -> list[str]:
-        """Names in a durable directory ([] when it does not exist)."""
-        path = self.root / reldir
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Keep directory descriptors open for the reads inside (one open per directory,
+        not one per object); nested batches share the outermost one's."""
+        with self._batch_lock:
+            if self._dirs is None:
+                self._dirs = DirCache(self.root)
+            self._batch_depth += 1
         try:
-            return sorted(os.listdir(path))
-        except FileNotFoundError:
+            yield
+        finally:
+            with self._batch_lock:
+                self._batch_depth -= 1
+                if not self._batch_depth and self._dirs is not None:
+                    self._dirs.close()
+                    self._dirs = None
+
+    @contextmanager
+    def _reader(self) -> Iterator[DirCache]:
+        dirs = self._dirs
+        if dirs is not None:
+            yield dirs
+        else:
+            with DirCache(self.root) as own:
+                yield own
+
+    def _open_fd(self, relpath: str) -> int:
+        """A descriptor of one object, opened without following any symlink."""
+        try:
+            with self._reader() as dirs:
+                return dirs.open_file(relpath)
+        except NotADirectoryError as exc:
+            raise FileNotFoundError(*exc.args) from exc
+        except (FileNotFoundError, DurableError):
+            raise
+        except OSError as exc:
+            raise durable_error("open", self.root / relpath, exc) from exc
+
+    @contextmanager
+    def open(self, relpath: str) -> Iterator[Opened]:
+        """One object open for reading (`Opened`: its info and an unbuffered stream)."""
+        fd = self._open_fd(relpath)
+        with os.fdopen(fd, "rb", buffering=0) as f:
+            yield Opened(_info(relpath, os.fstat(fd), None), f)
+
+    def read_bytes(self, relpath: str) -> bytes:
+        """One object's bytes (inside `batch`, the directories on the way are opened once)."""
+        with self.open(relpath) as o:
+            try:
+                return o.file.read()
+            except OSError as exc:
+                raise durable_error("read", self.root / relpath, exc) from exc
+
+    def read_range(self, relpath: str, offset: int, length: int) -> bytes:
+        fd = self._open_fd(relpath)
+        try:
+            return os.pread(fd, length, offset)
+        except OSError as exc:
+            raise durable_error("read", self.root / relpath, exc) from exc
+        finally:
+            os.close(fd)
+
+    def names(self, reldir: str) -> builtins.list[str]:
+        """Names in a durable directory, sorted ([] when it does not exist), reached
+        without following a symlink below the root."""
+        try:
+            if not reldir:
+                return sorted(os.listdir(self.root))
+            with self._reader() as dirs:
+                return sorted(dirs.listdir(reldir))
+        except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
-            raise durable_error("list", path, exc) from exc
+            raise durable_error("list", self.where(reldir), exc) from exc
 
-    def walk(self, top: str = "") -> Iterator[tuple[str, os.stat_result]]:
+    def list(self, top: str = "") -> Iterator[ObjectInfo]:
         """Every file and symlink below the root (or `top`), without following links.
 
         Only for durable trees that have no manifest (the old rsync layout),
-        verify and gc: the periodic checkpoint never calls this.  From the
-        root, ``.syncengine/`` is skipped.
+        verify, gc and migrate: the periodic checkpoint never calls this.  From
+        the root, ``.syncengine/`` is skipped.
         """
         stack = [top]
         while stack:
             reldir = stack.pop()
             path = self.root / reldir if reldir else self.root
             try:
-                entries = list(os.scandir(path))
-            except FileNotFoundError:
+                entries = builtins.list(os.scandir(path))
+            except (FileNotFoundError, NotADirectoryError):
                 continue
             except OSError as exc:
                 raise durable_error("list", path, exc) from exc
@@ -367,6 +458,7 @@ class Store:
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)
+                    target = os.readlink(entry.path) if stat.S_ISLNK(st.st_mode) else None
                 except FileNotFoundError:  # removed since the listing (rsync's exit 24)
                     continue
                 except OSError as exc:
@@ -374,7 +466,39 @@ class Store:
                 if stat.S_ISDIR(st.st_mode):
                     stack.append(rel)
                 elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                    yield rel, st
+                    yield _info(rel, st, target)
+
+
+class _Writer:
+    """What `PosixStore.writer` yields: the staged object's `write`, and where it went."""
+
+    def __init__(self, tmp: savefile.Staged) -> None:
+        self._tmp = tmp
+        self.object: str | None = None
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._tmp.write(data)
+
+
+def _kind(mode: int) -> Kind:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISLNK(mode):
+        return "link"
+    return "dir" if stat.S_ISDIR(mode) else "other"
+
+
+def _info(key: str, st: os.stat_result, target: str | None) -> ObjectInfo:
+    return ObjectInfo(key, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode),
+                      _kind(st.st_mode), target)
+
+
+Store = PosixStore  # the name tests and embedders constructed before the Protocol
+
+
+def rename_new(root: Path, relpath: str, new_relpath: str) -> None:
+    """Rename within a durable directory to a name that is free (migrate's old layout)."""
+    PosixStore(root).rename_new(relpath, new_relpath)
 
 
 def new_object_name(relpath: str) -> str:

@@ -1,0 +1,186 @@
+"""The durable side as one small typed interface: `Store`.
+
+Everything outside ``syncengine/durable/`` reaches the durable side only
+through this Protocol; results are plain values (`ObjectInfo`, bytes, a
+readable stream), never descriptors, stat results or paths.  Two
+implementations: `syncengine.durable.posix.store.PosixStore` (a local
+directory or a FUSE mount of a bucket) and ``tests/memstore.py``'s
+`MemoryStore` (an object store in memory: no rename, no links, closed writes
+only), which the engine's tests also run against.  An object-store backend
+(S3: a single PUT replaces an object atomically, If-None-Match for
+put-if-absent, GET with Range, HEAD, LIST, DELETE) maps onto it directly.
+
+Keys are relative, ``/``-separated names (``.syncengine/manifest/...``, a live
+path, ``.syncengine/segments/<path>.d/<chain>/<piece>``).  The contract:
+
+Writing
+  ``with store.writer(key, mode=, mtime_ns=) as w: w.write(b)`` writes one
+  object.  On a clean exit it is committed: closed, then visible whole under
+  `key`, or, where the backend cannot replace an object in place (a mount
+  without rename), under a new unique name, which `w.object` then holds (the
+  caller records it as the manifest entry's ``object``; None: under `key`).
+  On an exception nothing becomes visible.  `unique`: `key` is a name used
+  once already (segments, journal), so it may be written directly.  Commit
+  raises `CommitRefused` (this object refused: that path's error, the run
+  goes on) or `DurableError` (the run stops).
+
+  ``put_bytes(key, data, if_absent=True)`` (manifest objects) never replaces
+  an object: one found first raises `NameTaken` (this writer is behind the
+  durable side), one that appears meanwhile `SharedRoot` (two writers).
+
+Reading
+  ``with store.open(key) as o:`` gives `Opened`: its `ObjectInfo` and a
+  seekable binary stream; `read_bytes`, `read_range` read whole or a range.
+  A missing object raises `FileNotFoundError`; a key that would pass through
+  a link `UnsafePath`; anything else `DurableError`.  Inside
+  ``with store.batch():`` a backend may keep what makes many reads cheaper
+  (the POSIX store keeps directory descriptors open, one open per directory
+  on a mount where each is a round trip); outside it each call stands alone.
+
+Listing
+  `names(prefix)` lists one level below a directory-like prefix, names
+  only (cheap: no per-object metadata on a mount).  `list(top)` is
+  recursive: every object and link below `top` (from the root, the engine's
+  own ``.syncengine/`` is skipped), links reported as ``kind="link"`` with
+  their target as a plain string.  Links exist only in durable trees of the
+  old rsync layout; the engine itself records links in manifest entries.
+  `head(key)` is one object's `ObjectInfo`, or None.
+
+Everything else
+  `delete`, `barrier` (what was committed survives a power loss),
+  `confirm` (everything committed has reached the bucket: trivially True
+  where commit is the upload), `sweep_staging` (temp objects of a killed
+  run), `configure` (what the mount probe found: `Target`),
+  `before_first_write` (the probe runs lazily: an idle pass touches nothing),
+  `describe`/`where` for messages.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Literal, Protocol
+
+import attrs
+
+META_DIR = ".syncengine"
+STAGING_DIR = f"{META_DIR}/staging"
+MANIFEST_DIR = f"{META_DIR}/manifest"
+OBJECTS_DIR = f"{META_DIR}/objects"
+
+Kind = Literal["file", "dir", "link", "other"]
+
+
+@attrs.frozen
+class ObjectInfo:
+    """One durable object (or, from `head`, a directory) as plain values."""
+
+    key: str
+    size: int
+    mtime_ns: int
+    mode: int  # permission bits (0o7777)
+    kind: Kind = "file"
+    target: str | None = None  # a link's target
+
+
+class Stream(Protocol):
+    """A durable object's bytes, read from offset 0 (`io.FileIO`, `io.BytesIO`)."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def readinto(self, buffer: memoryview, /) -> int | None: ...
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+
+@attrs.frozen
+class Opened:
+    """An object open for reading: what it is, and its bytes (seekable)."""
+
+    info: ObjectInfo
+    file: Stream
+
+
+class Uploads(Protocol):
+    """A write-back mount's upload queue (`syncengine.durable.posix.writeback.Uploads`)."""
+
+    @property
+    def instance(self) -> str: ...
+
+    def confirm(self, last_write: float) -> bool: ...
+
+
+@attrs.frozen
+class Target:
+    """What the mount probe found about the durable target (defaults: a local disk)."""
+
+    rename_supported: bool = True
+    attrs_after_close: bool = False  # mode and mtime set on a handle are lost at close
+    keeps_mtime: bool = False  # an object's mtime is the one given at commit
+    uploads: Uploads | None = None  # None: close is the upload (no write-back)
+
+
+class ObjectWriter(Protocol):
+    """What `Store.writer` yields."""
+
+    object: str | None  # after commit: the unique name written instead of the key, or None
+
+    def write(self, data: bytes | memoryview) -> None: ...
+
+
+class Store(Protocol):
+    """One adapter's durable directory (see the module docstring for the contract)."""
+
+    def describe(self) -> str: ...
+
+    def where(self, key: str) -> str: ...
+
+    def exists(self) -> bool: ...
+
+    # -- capabilities ----------------------------------------------------
+    def configure(self, target: Target) -> None: ...
+
+    def before_first_write(self, prepare: Callable[[], None]) -> None: ...
+
+    @property
+    def instance(self) -> str: ...
+
+    @property
+    def keeps_mtime(self) -> bool: ...
+
+    def writes_in_place(self) -> bool: ...
+
+    # -- writing ---------------------------------------------------------
+    def writer(self, key: str, *, mode: int, mtime_ns: int | None = None, unique: bool = False,
+               sync: bool = False) -> AbstractContextManager[ObjectWriter]: ...
+
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool, mode: int = 0o644
+                  ) -> None: ...
+
+    def delete(self, key: str) -> bool: ...
+
+    def barrier(self) -> None: ...
+
+    def confirm(self) -> bool: ...
+
+    def sweep_staging(self) -> int: ...
+
+    # -- reading ---------------------------------------------------------
+    def batch(self) -> AbstractContextManager[None]: ...
+
+    def open(self, key: str) -> AbstractContextManager[Opened]: ...
+
+    def read_bytes(self, key: str) -> bytes: ...
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes: ...
+
+    def head(self, key: str) -> ObjectInfo | None: ...
+
+    def names(self, prefix: str) -> builtins.list[str]: ...
+
+    def list(self, top: str = "") -> Iterator[ObjectInfo]: ...
+
+
+__all__ = ["MANIFEST_DIR", "META_DIR", "OBJECTS_DIR", "STAGING_DIR", "ObjectInfo",
+           "ObjectWriter", "Opened", "Store", "Stream", "Target", "Uploads"]
