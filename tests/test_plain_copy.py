@@ -146,8 +146,7 @@ def test_restore_takes_the_newest_of_the_plain_copy_and_the_chain(
     shutil.rmtree(tree.local)  # what the chain holds now is all of it, in order
     assert _engine(tree, 35).restore().ok
     assert (tree.local / "x" / LOG).read_bytes() == restored + b"4\n"
-    with Store(tree.data / "state/x").reader() as durable:
-        lens = [p.length for p in chain.load(durable, _entry(tree)).pieces]
+    lens = [p.length for p in chain.load(Store(tree.data / "state/x"), _entry(tree)).pieces]
     assert lens == [2, 2, len(restored) + 2 - 4], "the same chain, continued once"
 
 

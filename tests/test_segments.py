@@ -58,8 +58,8 @@ def entry(tree: Tree, rel: str = LOG) -> Any:
 
 def resolved_lens(tree: Tree, rel: str = LOG) -> list[int]:
     """The lengths of the chain's objects as restore resolves them (manifest + listing)."""
-    with Store(tree.data / "state/x").reader() as durable:
-        return [p.length for p in chain.load(durable, entry(tree, rel)).pieces]
+    durable = Store(tree.data / "state/x")
+    return [p.length for p in chain.load(durable, entry(tree, rel)).pieces]
 
 
 def manifest_objects(tree: Tree) -> list[str]:
@@ -396,7 +396,8 @@ def test_torn_last_unrecorded_segment_is_left_out(tree: Tree, engine: EngineFact
     assert report.ok, report.errors
     assert (tree.local / "x" / LOG).read_bytes() == b"one\ntwo\n"
     assert "segments.torn-ignored" in caplog.text
-    with Store(tree.data / "state/x").reader() as durable:
+    durable = Store(tree.data / "state/x")
+    with durable.batch():
         c = chain.load(durable, entry(tree))
         short_then_more = attrs.evolve(c, pieces=(*c.pieces, *c.pieces[-1:]))
         with pytest.raises(SourceError, match="corrupt"):  # not the last one: refused

@@ -47,7 +47,7 @@ def _setup(tree: Tree, cli: CliRunner) -> Path:
 
 def _add_sqlite_entry(store: Store, name: str, data: bytes) -> None:
     """A manifest delta with a hand-written entry of kind "sqlite" (issue 3's format)."""
-    store.put_bytes(f"checkpoints/{name}", data)
+    store.put_bytes(f"checkpoints/{name}", data, if_absent=True)
     last = manifest.load(store).last_seq
     manifest.write(store, "x", last + 1, "delta",
                    [Entry(name, "sqlite", len(data), OLD, 0o600, object=f"checkpoints/{name}")],
