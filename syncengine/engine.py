@@ -74,9 +74,11 @@ class Engine:
     """Checkpoint and restore the adapters of one `Config`."""
 
     def __init__(self, config: Config, *, clock: Callable[[], int] = time.time_ns,
-                 scan_workers: int = 2, progress: Reporter | None = None) -> None:
+                 scan_workers: int = 2, progress: Reporter | None = None,
+                 stores: Callable[[Path], Store] = PosixStore) -> None:
         self.config = config
         self.clock = clock
+        self.stores = stores  # a durable directory's Store (tests: an in-memory one)
         self.progress = progress or Reporter()  # *.progress lines every 5 s; a bar if given
         self.scan_workers = scan_workers
         self._matchers: dict[str, Matcher] = {
@@ -127,7 +129,7 @@ class Engine:
                 self._unseeded.add(spec.name)
             self._indexes[spec.name] = index
         state = AdapterState(
-            name=spec.name, live=spec.live, store=PosixStore(spec.durable), index=index,
+            name=spec.name, live=spec.live, store=self.stores(spec.durable), index=index,
             index_path=self._index_path(spec.name),
             staging_marker=staging_marker(self.config.state_dir, spec.name),
             segments=self._logs.get(spec.name),
@@ -506,7 +508,7 @@ class Engine:
         (see `syncengine.ops.export`); returns the bytes written."""
         from syncengine.ops import export
 
-        return export.export(self.config, path, out, adapter=adapter, open_store=PosixStore)
+        return export.export(self.config, path, out, adapter=adapter, open_store=self.stores)
 
     def verify(self, adapters: Sequence[str] | None = None, *, sample: float = 10.0,
                strict: bool = False, restart: bool = False, limit: int | None = None
@@ -515,8 +517,7 @@ class Engine:
 
         """Check the durable side against the manifest (see `syncengine.ops.verify`)."""
         self._check_durable_root()
-        stores: dict[str, Store] = {s.name: PosixStore(s.durable)
-                                    for s in self.config.select(adapters)}
+        stores = {s.name: self.stores(s.durable) for s in self.config.select(adapters)}
         return verify_.verify(stores, self.config.state_dir, sample=sample, strict=strict,
                               restart=restart, limit=limit, progress=self.progress)
 
@@ -547,13 +548,13 @@ class Engine:
     def writable_store(self, root: Path) -> Store:
         """A Store under the durable root that publishes the way the mount supports
         (probed once per Engine; a mount without rename gets unique objects)."""
-        store = PosixStore(root)
+        store = self.stores(root)
         self._prepare_store(store)
         return store
 
     def _lazy_store(self, root: Path) -> Store:
         """`writable_store`, probed just before its first write (reads need no probe)."""
-        store = PosixStore(root)
+        store = self.stores(root)
         store.before_first_write(functools.partial(self._prepare_store, store))
         return store
 

@@ -18,6 +18,12 @@ A test that is about local behaviour only, or cannot work on a FUSE mount
 and runs once.  The ``[bucket]`` runs skip, with the reason, where FUSE is
 unavailable.
 
+A test marked ``@pytest.mark.memory`` also runs ``[memory]``: the engine's
+durable side is a `tests.memstore.MemoryStore` (an object store in memory:
+no rename, no links, closed writes only) through the engine's ``stores``
+factory.  Such a test is in-process only (`engine`, not `cli`) and reads the
+durable side through ``tree.store(rel)``, never `tree.backing`.
+
 A test marked ``@pytest.mark.rclone`` also runs on real rclone mounts
 (tests/rclone_mount.py): ``[rclone-off]`` and ``[rclone-writes]``, ``data/``
 mounted over ``bucket/``.  `tree.backing` is then what can be read without
@@ -41,9 +47,12 @@ import attrs
 import pytest
 
 from syncengine import Engine, config_from_dict
+from syncengine.durable.posix.store import PosixStore
+from syncengine.durable.store import Store
 from tests import bucket_mount, rclone_mount
 from tests.bucket_mount import BucketMount, fuse_available
 from tests.helpers import snapshot
+from tests.memstore import MemoryBucket
 from tests.rclone_mount import RcloneMount, require_rclone
 
 bucket = bucket_mount.bucket  # fixtures for the emulator tests
@@ -72,6 +81,18 @@ class Tree:
     backing: Path = attrs.field(default=attrs.Factory(lambda self: self.data, takes_self=True))
     mount: BucketMount | None = None
     rclone: RcloneMount | None = None
+    memory: MemoryBucket | None = None
+
+    @property
+    def stores(self) -> Callable[[Path], Store]:
+        """The engine's `stores` factory for this tree."""
+        return self.memory.store if self.memory is not None else PosixStore
+
+    def store(self, rel: str) -> Store:
+        """The durable directory `rel` (under ``data/``) as the engine sees it."""
+        if self.memory is not None:
+            return self.memory.store(self.data / rel)
+        return PosixStore(self.data / rel)
 
     def ops(self) -> dict[str, int]:
         """Operation counts on the durable mount so far ({} for a plain directory)."""
@@ -84,6 +105,11 @@ class Tree:
         `allow`: operation kinds that may happen (e.g. "getattr"), still without a write.
         """
         before, ops = snapshot(self.backing), self.ops()
+        if self.memory is not None:  # the bucket in memory: no PUT, and no GET either
+            calls = (self.memory.puts, self.memory.gets)
+            yield
+            assert (self.memory.puts, self.memory.gets) == calls, "operations on the store"
+            return
         yield
         assert snapshot(self.backing) == before, "the durable tree changed"
         # "release" is the kernel ending a handle closed before the body began (it
@@ -140,6 +166,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "dir_only(reason): run with a plain-directory durable root only (not on the "
         "bucket emulator); say why")
     config.addinivalue_line(
+        "markers", "memory: also run with the durable side in memory (tests/memstore.py); "
+        "in-process only")
+    config.addinivalue_line(
         "markers", "rclone: also run with the durable root on real rclone mounts "
         "(--vfs-cache-mode off and writes)")
 
@@ -154,6 +183,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     kinds = ["dir"] if marker is not None else list(DURABLE_KINDS)
     if marker is None and metafunc.definition.get_closest_marker("rclone") is not None:
         kinds += RCLONE_KINDS
+    if metafunc.definition.get_closest_marker("memory") is not None:
+        kinds.append("memory")
     metafunc.parametrize("durable_kind", kinds, indirect=True)
 
 
@@ -170,6 +201,9 @@ def tree(tmp_path: Path, durable_kind: str) -> Iterator[Tree]:
     data.mkdir()
     if durable_kind == "dir":
         yield Tree(tmp_path, local, data)
+        return
+    if durable_kind == "memory":  # data/ stays an empty directory: the root the engine checks
+        yield Tree(tmp_path, local, data, kind="memory", memory=MemoryBucket())
         return
     if durable_kind in RCLONE_KINDS:
         require_rclone()
@@ -193,6 +227,9 @@ def cli(tree: Tree) -> CliRunner:
 
     def run(*args: str, env: Mapping[str, str] | None = None, check: int | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        if tree.memory is not None:
+            raise pytest.UsageError("a child process cannot reach the in-memory store: "
+                                    "a test marked memory uses `engine`, not `cli`")
         proc = subprocess.run(
             [sys.executable, "-m", "syncengine", *args], capture_output=True, text=True,
             env=dict(env) if env is not None else tree.env(), timeout=timeout, cwd=tree.base,
@@ -214,7 +251,7 @@ def engine(tree: Tree) -> EngineFactory:
     """Build an Engine for `tree` (all built-in adapters unless `adapters` is given)."""
 
     def make(raw: Mapping[str, Any] | None = None, **env: str) -> Engine:
-        return Engine(config_from_dict(dict(raw or {}), env=tree.env(**env)))
+        return Engine(config_from_dict(dict(raw or {}), env=tree.env(**env)), stores=tree.stores)
 
     return make
 

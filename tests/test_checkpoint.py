@@ -138,6 +138,7 @@ def test_appending_writer_is_copied_up_to_what_it_wrote_then_restored_after_kill
     assert live.startswith(restored)  # a prefix of what the writer wrote, no garbage
 
 
+@pytest.mark.memory
 def test_file_growing_during_copy_is_taken_again(tree: Tree, engine: EngineFactory) -> None:
     rollout = tree.write(f"{CODEX}/sessions/r.jsonl", "")
     writer, _ = start_appender(rollout, 100)
@@ -191,6 +192,7 @@ def test_checkpoint_killed_mid_copy_keeps_old_copy_and_next_run_completes(
     assert newest.name.endswith(".base.jsonl")  # supersedes whatever the killed run left
 
 
+@pytest.mark.memory
 def test_vanishing_file_is_not_an_error(tree: Tree, engine: EngineFactory) -> None:
     tree.write(f"{CODEX}/a.json", "a")
     eng = engine({"adapters": ["codex"]})

@@ -23,7 +23,7 @@ import pytest
 
 from syncengine import Engine, Runner
 from syncengine.durable import manifest
-from syncengine.durable.posix.store import MANIFEST_DIR, Store
+from syncengine.durable.posix.store import MANIFEST_DIR
 from syncengine.local.index import Index
 from tests.conftest import CliRunner, EngineFactory, Tree
 from tests.helpers import dir_modes
@@ -57,7 +57,7 @@ def _restart(tree: Tree) -> None:
 
 
 def _entries(tree: Tree) -> dict[str, manifest.Entry]:
-    return dict(manifest.load(Store(tree.data / "state/t")).entries)
+    return dict(manifest.load(tree.store("state/t")).entries)
 
 
 def _mkdir(path: Path, mode: int) -> None:
@@ -105,12 +105,15 @@ def test_directory_modes_round_trip(tree: Tree, cli: CliRunner) -> None:
     assert stat.S_IMODE((live / "credentials/key.json").stat().st_mode) == 0o600
 
 
+@pytest.mark.memory
 def test_a_new_or_changed_directory_is_in_the_next_manifest_and_idle_stays_idle(
         tree: Tree, engine: EngineFactory) -> None:
     """With the directory table trusted (a clock ahead): a new directory and a chmod reach
     the next pass's manifest object; an idle pass writes nothing; a removed directory is
     counted absent and kept in the manifest (gc drops it)."""
-    eng = Engine(engine(RAW).config, clock=lambda: time.time_ns() + AHEAD_NS, scan_workers=1)
+    base = engine(RAW)
+    eng = Engine(base.config, stores=base.stores, clock=lambda: time.time_ns() + AHEAD_NS,
+                 scan_workers=1)
     live = _live(tree)
     for d in ("a/b", "c", "full"):
         _mkdir(live / d, 0o755)
@@ -265,6 +268,7 @@ def _until(cond: Callable[[], bool], timeout: float = 20) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.memory
 def test_removed_directories_are_tombstoned_and_a_file_turned_directory_waits_for_gc(
         tree: Tree, engine: EngineFactory) -> None:
     """A removed directory is counted absent; gc drops its entry (no object to delete).  A
@@ -272,7 +276,9 @@ def test_removed_directories_are_tombstoned_and_a_file_turned_directory_waits_fo
     entry (whose durable copy sits where the directory would go) is kept, is looked at again
     each pass, and is recorded in the pass after gc deleted the file."""
     raw = {**RAW, "gc": {"absent_passes": 1, "grace_seconds": 0}}
-    eng = Engine(engine(raw).config, clock=lambda: time.time_ns() + AHEAD_NS, scan_workers=1)
+    base = engine(raw)
+    eng = Engine(base.config, stores=base.stores, clock=lambda: time.time_ns() + AHEAD_NS,
+                 scan_workers=1)
     live = _live(tree)
     _mkdir(live / "gone/inner", 0o755)
     tree.write("t/f", "a file\n")
@@ -310,11 +316,11 @@ def test_an_index_rebuilt_from_the_manifest_records_no_directory_again(
         _mkdir(_live(tree) / d, 0o750)
     tree.write("t/c/f.txt", "f\n")
     cli("--config", conf, "checkpoint", check=0)
-    objects = manifest.list_objects(Store(tree.data / "state/t"))
+    objects = manifest.list_objects(tree.store("state/t"))
     shutil.rmtree(tree.state / "index")  # lost: the next pass rebuilds it from the manifest
     out = cli("--config", conf, "checkpoint", check=0)
     assert "directories" not in out.stdout
-    assert manifest.list_objects(Store(tree.data / "state/t")) == objects
+    assert manifest.list_objects(tree.store("state/t")) == objects
 
 
 def test_a_hot_restart_keeps_the_local_directory_mode_and_records_it(

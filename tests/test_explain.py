@@ -15,7 +15,6 @@ from typing import Any
 
 from syncengine.durable import manifest
 from syncengine.durable.posix.savefile import TEMP_SUFFIX
-from syncengine.durable.posix.store import Store
 from tests.conftest import CliRunner, Tree
 
 CONFIG = """\
@@ -102,7 +101,7 @@ def test_published_paths_are_what_a_checkpoint_records(tree: Tree, cli: CliRunne
     os.unlink(tree.local / "app/pipe")  # a FIFO is skipped; keep the run's exit 0
     decisions = _explain(cli, conf)
     cli("--config", str(conf), "checkpoint", check=0)
-    entries = manifest.load(Store(tree.data / "state/app")).entries
+    entries = manifest.load(tree.store("state/app")).entries
     kinds = {"publish": "file", "segments": "segments", "snapshot": "sqlite",
              "unlisted-db": "sqlite", "link": "symlink", "dir": "dir"}
     expected = {p: kinds[d["action"]] for p, d in decisions.items() if d["action"] in kinds}

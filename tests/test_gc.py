@@ -34,7 +34,7 @@ class Clock:
 
 
 def _engine(tree: Tree, clock: Clock) -> Engine:
-    return Engine(config_from_dict(RAW, env=tree.env()), clock=clock)
+    return Engine(config_from_dict(RAW, env=tree.env()), clock=clock, stores=tree.stores)
 
 
 def _populate(tree: Tree, n: int = 10) -> None:
@@ -53,10 +53,11 @@ def clock() -> Clock:
     return Clock()
 
 
+@pytest.mark.memory
 def test_tombstone_waits_for_passes_grace_and_apply(tree: Tree, clock: Clock) -> None:
     _populate(tree)
     _passes(tree, clock, 1)
-    durable = tree.data / "state/x"
+    durable = tree.store("state/x")
     (tree.local / "x/f0.txt").unlink()
     _passes(tree, clock, 2)
     rep = _engine(tree, clock).gc(apply=True)
@@ -64,18 +65,18 @@ def test_tombstone_waits_for_passes_grace_and_apply(tree: Tree, clock: Clock) ->
     _passes(tree, clock, 1)
     rep = _engine(tree, clock).gc(apply=True)
     assert "keep f0.txt (tombstone; grace period ends" in "\n".join(rep.lines())
-    assert (durable / "f0.txt").exists()
+    assert durable.head("f0.txt") is not None
     clock.now += 7 * DAY
     dry = _engine(tree, clock).gc()
     text = "\n".join(dry.lines())
     assert dry.ok and "delete f0.txt (tombstone" in text and "would delete" in text
-    assert (durable / "f0.txt").exists(), "a dry run deletes nothing"
+    assert durable.head("f0.txt") is not None, "a dry run deletes nothing"
     done = _engine(tree, clock).gc(apply=True)
     assert done.ok and done.adapters[0].manifest
-    assert not (durable / "f0.txt").exists()
-    state = manifest.load(Store(durable))
+    assert durable.head("f0.txt") is None
+    state = manifest.load(durable)
     assert "f0.txt" not in state.entries and len(state.entries) == 9
-    assert [k for _, k, _ in manifest.list_objects(Store(durable))] == ["base"]
+    assert [k for _, k, _ in manifest.list_objects(durable)] == ["base"]
     idx = Index.load(tree.state / "index/x.idx")
     assert idx is not None and "f0.txt" not in idx
     # a fresh machine restores the rest without complaining about the deleted file
@@ -87,6 +88,7 @@ def test_tombstone_waits_for_passes_grace_and_apply(tree: Tree, clock: Clock) ->
     assert again.ok and again.adapters[0].objects == 0
 
 
+@pytest.mark.memory
 def test_never_deletes_a_file_that_exists_locally(tree: Tree, clock: Clock) -> None:
     _populate(tree)
     _passes(tree, clock, 1)
@@ -104,7 +106,8 @@ def test_never_deletes_a_file_that_exists_locally(tree: Tree, clock: Clock) -> N
     tree.write("x/f1.txt", "reappeared between plan and delete\n")
     result = gc.execute(state, facts, actions, clock.now)
     assert result.kept == ("f1.txt",) and result.objects == 0
-    assert (tree.data / "state/x/f0.txt").exists() and (tree.data / "state/x/f1.txt").exists()
+    durable = tree.store("state/x")
+    assert durable.head("f0.txt") is not None and durable.head("f1.txt") is not None
 
 
 def test_refuses_an_empty_or_partial_local_view(tree: Tree, clock: Clock, cli: CliRunner

@@ -16,7 +16,6 @@ import pytest
 
 from syncengine import Engine, config_from_dict
 from syncengine.durable import chain, manifest
-from syncengine.durable.posix.store import Store
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, Tree
 
@@ -44,7 +43,7 @@ def _plain(tree: Tree) -> Path:
 
 
 def _entry(tree: Tree) -> manifest.Entry:
-    return manifest.load(Store(tree.data / "state/x")).entries[LOG]
+    return manifest.load(tree.store("state/x")).entries[LOG]
 
 
 def test_a_quiet_log_is_published_whole_at_its_plain_path_once(tree: Tree) -> None:
@@ -146,7 +145,7 @@ def test_restore_takes_the_newest_of_the_plain_copy_and_the_chain(
     shutil.rmtree(tree.local)  # what the chain holds now is all of it, in order
     assert _engine(tree, 35).restore().ok
     assert (tree.local / "x" / LOG).read_bytes() == restored + b"4\n"
-    lens = [p.length for p in chain.load(Store(tree.data / "state/x"), _entry(tree)).pieces]
+    lens = [p.length for p in chain.load(tree.store("state/x"), _entry(tree)).pieces]
     assert lens == [2, 2, len(restored) + 2 - 4], "the same chain, continued once"
 
 

@@ -20,7 +20,7 @@ from syncengine import Engine
 from syncengine.checkpoint import segments
 from syncengine.durable import chain, manifest
 from syncengine.durable.manifest import load
-from syncengine.durable.posix.store import MANIFEST_DIR, Store
+from syncengine.durable.posix.store import MANIFEST_DIR
 from syncengine.errors import SourceError
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, EngineFactory, Tree
@@ -53,12 +53,12 @@ def chain_objects(tree: Tree, rel: str = LOG) -> list[Path]:
 
 
 def entry(tree: Tree, rel: str = LOG) -> Any:
-    return load(Store(tree.data / "state/x")).entries[rel]
+    return load(tree.store("state/x")).entries[rel]
 
 
 def resolved_lens(tree: Tree, rel: str = LOG) -> list[int]:
     """The lengths of the chain's objects as restore resolves them (manifest + listing)."""
-    durable = Store(tree.data / "state/x")
+    durable = tree.store("state/x")
     return [p.length for p in chain.load(durable, entry(tree, rel)).pieces]
 
 
@@ -136,6 +136,7 @@ def _mutate(kind: str, path: Path) -> None:
             f.write(b'{"after": "rewrite"}\n')
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("kind", ["shrink", "rename", "rewrite"])
 def test_non_append_change_starts_a_new_chain(tree: Tree, engine: EngineFactory,
                                               kind: str) -> None:
@@ -201,7 +202,7 @@ def test_idle_compaction_then_restore(tree: Tree, engine: EngineFactory) -> None
     assert len(resolved_lens(tree)) == 4
     assert engine(RAW).checkpoint().files == 0  # recently changed: not idle yet
     later = os.stat(path).st_mtime_ns + segments.IDLE_NS + 10**9
-    report = Engine(eng.config, clock=lambda: later).checkpoint()
+    report = Engine(eng.config, stores=eng.stores, clock=lambda: later).checkpoint()
     assert report.ok and report.files == 1
     assert entry(tree).extra["lens"] == [path.stat().st_size]
     assert len(chain_objects(tree)) == 5  # old chain kept for gc
@@ -211,6 +212,7 @@ def test_idle_compaction_then_restore(tree: Tree, engine: EngineFactory) -> None
     assert (tree.local / "x" / LOG).read_bytes() == expected
 
 
+@pytest.mark.memory
 def test_long_chain_is_compacted(tree: Tree, engine: EngineFactory,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(segments, "MAX_SEGMENTS", 3)
@@ -396,7 +398,7 @@ def test_torn_last_unrecorded_segment_is_left_out(tree: Tree, engine: EngineFact
     assert report.ok, report.errors
     assert (tree.local / "x" / LOG).read_bytes() == b"one\ntwo\n"
     assert "segments.torn-ignored" in caplog.text
-    durable = Store(tree.data / "state/x")
+    durable = tree.store("state/x")
     with durable.batch():
         c = chain.load(durable, entry(tree))
         short_then_more = attrs.evolve(c, pieces=(*c.pieces, *c.pieces[-1:]))
@@ -483,7 +485,7 @@ def test_export_verify_and_gc_see_unrecorded_segments(tree: Tree, engine: Engine
         result = eng.verify(sample=sample).adapters[0]
         assert not result.problems and not result.unlisted, result
     later = eng.clock() + 30 * 86400 * 10**9
-    gc = Engine(eng.config, clock=lambda: later).gc(apply=True)
+    gc = Engine(eng.config, stores=eng.stores, clock=lambda: later).gc(apply=True)
     assert gc.exit_code == 0 and gc.adapters[0].objects == 0
     assert len(chain_objects(tree)) == 3
     chain_objects(tree)[1].unlink()
@@ -529,6 +531,7 @@ def test_a_compacted_manifest_base_keeps_logs(tree: Tree, engine: EngineFactory,
     assert (tree.local / "x" / LOG).read_bytes() == b"one\n"
 
 
+@pytest.mark.memory
 def test_runner_stop_records_every_chain(tree: Tree, engine: EngineFactory) -> None:
     from syncengine import Runner
 

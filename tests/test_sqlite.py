@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from syncengine.durable import manifest
-from syncengine.durable.posix.store import Store
 from tests.conftest import CliRunner, Tree
 
 WRITER = r"""
@@ -152,7 +151,7 @@ def snapshot_rows(tree: Tree, adapter: str, rel: str) -> int:
 
 
 def entries(tree: Tree, adapter: str) -> dict[str, manifest.Entry]:
-    return dict(manifest.load(Store(tree.data / "state" / adapter)).entries)
+    return dict(manifest.load(tree.store(f"state/{adapter}")).entries)
 
 
 def durable_files(tree: Tree, adapter: str) -> list[str]:

@@ -71,7 +71,7 @@ def _good_db(path: Path) -> bytes:
 
 def test_a_sound_store_verifies(tree: Tree, cli: CliRunner) -> None:
     conf = _setup(tree, cli)
-    store = Store(tree.data / "state/x")
+    store = tree.store("state/x")
     _add_sqlite_entry(store, "good.db", _good_db(tree.base / "good.db"))
     out = cli("--config", str(conf), "verify", "--sample", "100", check=0)
     assert "verify: OK" in out.stdout
