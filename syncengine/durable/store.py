@@ -38,13 +38,14 @@ Reading
   on a mount where each is a round trip); outside it each call stands alone.
 
 Listing
-  `names(prefix)` lists one level below a directory-like prefix, names
-  only (cheap: no per-object metadata on a mount).  `list(top)` is
-  recursive: every object and link below `top` (from the root, the engine's
-  own ``.syncengine/`` is skipped), links reported as ``kind="link"`` with
-  their target as a plain string.  Links exist only in durable trees of the
-  old rsync layout; the engine itself records links in manifest entries.
-  `head(key)` is one object's `ObjectInfo`, or None.
+  `names(prefix)` lists one level below a directory-like prefix: names
+  only, sorted (cheap: no per-object metadata on a mount).  `list(top)` is
+  recursive, in no particular order: every object and link below `top`
+  (from the root, the engine's own ``.syncengine/`` is skipped), links
+  reported as ``kind="link"`` with their target as a plain string.  Links
+  exist only in durable trees of the old rsync layout; the engine itself
+  records links in manifest entries.  `head(key)` is one object's
+  `ObjectInfo` (a directory-like prefix: ``kind="dir"``), or None.
 
 Everything else
   `delete`, `barrier` (what was committed survives a power loss),
