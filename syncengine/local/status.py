@@ -41,6 +41,20 @@ def read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
+def restore_refusal(state_dir: os.PathLike[str] | str) -> str | None:
+    """Why the last restore forbids gc (incomplete, or its record unreadable), or None."""
+    try:
+        with open(os.path.join(state_dir, "restore.json"), "rb") as f:
+            record: Any = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return f"the restore record is unreadable ({exc}): run `syncengine restore`"
+    if not isinstance(record, dict) or not record.get("complete"):
+        return "the last restore is incomplete: finish `syncengine restore` first"
+    return None
+
+
 def write_checkpoint(state_dir: Path, report: Report) -> None:
     """Record one checkpoint per adapter: time, files, bytes, errors, running totals."""
     for rep in report.adapters:

@@ -29,14 +29,13 @@ paths (a bad mount or a partial restore must never look like mass deletion).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -50,6 +49,7 @@ from syncengine.durable.store import MANIFEST_DIR, STAGING_DIR
 from syncengine.errors import DurableError, LockBusy
 from syncengine.local.index import ABSENT_SINCE
 from syncengine.local.lock import StateLock
+from syncengine.local.status import restore_refusal
 
 if TYPE_CHECKING:
     from syncengine.checkpoint.execute import AdapterState
@@ -354,20 +354,6 @@ def execute(state: AdapterState, facts: Facts, actions: Sequence[GcAction], now_
 def _seq(name: str) -> int:
     base = name.rsplit("/", 1)[-1]
     return int(base.split(".", 1)[0]) if base[:1].isdigit() else 1 << 62
-
-
-def restore_refusal(state_dir: os.PathLike[str] | str) -> str | None:
-    """Why the last restore forbids gc (incomplete), or None."""
-    try:
-        with open(os.path.join(state_dir, "restore.json"), "rb") as f:
-            record: Any = json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        return f"the restore record is unreadable ({exc}): run `syncengine restore`"
-    if not isinstance(record, dict) or not record.get("complete"):
-        return "the last restore is incomplete: finish `syncengine restore` first"
-    return None
 
 
 def run(specs: Sequence[AdapterSpec], adapter_state: Callable[[AdapterSpec], AdapterState],

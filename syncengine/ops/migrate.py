@@ -38,6 +38,16 @@ from syncengine.durable.store import Store
 from syncengine.errors import DurableError, SourceError, durable_error
 from syncengine.local.lock import StateLock
 from syncengine.local.status import index_path
+from syncengine.ops.migrate_actions import (
+    Action,
+    Copy,
+    Link,
+    MakeDir,
+    MigrateReport,
+    Move,
+    Note,
+    Unlink,
+)
 from syncengine.patterns import Matcher, compile_patterns, database_patterns
 from syncengine.plan import Fetch, LocalState, MakeLink, plan_restore_entry
 from syncengine.restore import openfiles
@@ -52,98 +62,6 @@ class Setup:
     clock: Callable[[], int]
     store: Callable[[Path], Store]  # the durable directory at a path (probed before a write)
     rename: Callable[[Path, str, str], None]  # (dir, name, new name): old-layout renames
-
-
-@attrs.frozen
-class MakeDir:
-    """Create an adapter's live or durable directory (and its parents)."""
-
-    path: Path
-
-    def __str__(self) -> str:
-        return f"create directory {self.path}"
-
-
-@attrs.frozen
-class Unlink:
-    """Remove a symlink (never what it points to)."""
-
-    path: Path
-    target: str
-    durable: bool = False  # on the durable side: through the Store
-    then_mkdir: bool = False  # create a directory in its place
-
-    def __str__(self) -> str:
-        then = "; create the directory" if self.then_mkdir else ""
-        return f"unlink symlink {self.path} -> {self.target}{then}"
-
-
-@attrs.frozen
-class Link:
-    """Make `path` a symlink to `target` (`ln -sfn`: a symlink there is replaced)."""
-
-    path: Path
-    target: Path
-    replaces: str | None = None  # the old link's target, if one is there
-
-    def __str__(self) -> str:
-        old = f" (replaces the link to {self.replaces})" if self.replaces is not None else ""
-        return f"link {self.path} -> {self.target}{old}"
-
-
-@attrs.frozen
-class Copy:
-    """Copy one legacy file (or record one symlink) into a checkpoint."""
-
-    adapter: str
-    src_root: Path
-    rel: str
-    dest: str  # relative to the adapter's durable checkpoint
-    listed: bool  # recorded in the manifest (False: a raw SQLite file, for restore's fallback)
-    reason: str
-    link_target: str | None = None
-    mtime_ns: int = 0
-
-    def __str__(self) -> str:
-        what = f"link -> {self.link_target}" if self.link_target is not None else self.reason
-        return f"copy {self.src_root}/{self.rel} -> {self.adapter}:{self.dest} ({what})"
-
-
-@attrs.frozen
-class Move:
-    """Rename a legacy directory or a cache file to a free name beside or below it."""
-
-    store: Path
-    rel: str
-    new_rel: str
-
-    def __str__(self) -> str:
-        return f"rename {self.store}/{self.rel} -> {self.store}/{self.new_rel}"
-
-
-@attrs.frozen
-class Note:
-    """A step with nothing to do, and why."""
-
-    text: str
-
-    def __str__(self) -> str:
-        return self.text
-
-
-Action = MakeDir | Unlink | Link | Copy | Move | SnapshotOpen | Note
-
-
-@attrs.frozen
-class MigrateReport:
-    lines: tuple[str, ...]
-    changes: int
-    errors: tuple[str, ...]
-    dry_run: bool
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.errors else 0
 
 
 # -- planning ---------------------------------------------------------------
@@ -424,3 +342,6 @@ def _record(ctx: Setup, spec: AdapterSpec, copied: list[Entry]) -> str:
     except OSError as exc:
         raise durable_error("remove the local index", local, exc) from exc
     return f"done: recorded {len(copied)} migrated path(s) in {spec.name}:{name}"
+
+
+__all__ = ["Action", "MigrateReport", "Setup", "plan_dirs", "plan_step", "run"]

@@ -1,4 +1,7 @@
-"""Durability primitives: the only module that calls ``os.replace``.
+"""Durability primitives: the one module that publishes files with ``os.replace``.
+
+(The mount probe, probe.py, also calls it, on its own probe files only, to
+learn whether the mount can rename at all.)
 
 A new version of a file is written to a uniquely named temporary file in a
 staging directory (never a sibling of the target: on hf-mount a name that is a
@@ -88,7 +91,8 @@ def syncfs(path: str | os.PathLike[str]) -> None:
 
 @attrs.define
 class Staged:
-    """An open temporary file; `commit` closes it and renames it into place."""
+    """An open temporary file: `close` commits it (on a mount), `publish` renames it into
+    place, `keep` keeps it under its final name, `discard` removes it."""
 
     fd: int
     name: str

@@ -1,0 +1,108 @@
+"""What `syncengine migrate` plans: one frozen action per change, with a readable line.
+
+Owns the action values and the report; migrate.py decides them from the disk
+and carries them out (a dry run prints them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+
+from syncengine.restore.openfiles import SnapshotOpen
+
+
+@attrs.frozen
+class MakeDir:
+    """Create an adapter's live or durable directory (and its parents)."""
+
+    path: Path
+
+    def __str__(self) -> str:
+        return f"create directory {self.path}"
+
+
+@attrs.frozen
+class Unlink:
+    """Remove a symlink (never what it points to)."""
+
+    path: Path
+    target: str
+    durable: bool = False  # on the durable side: through the Store
+    then_mkdir: bool = False  # create a directory in its place
+
+    def __str__(self) -> str:
+        then = "; create the directory" if self.then_mkdir else ""
+        return f"unlink symlink {self.path} -> {self.target}{then}"
+
+
+@attrs.frozen
+class Link:
+    """Make `path` a symlink to `target` (`ln -sfn`: a symlink there is replaced)."""
+
+    path: Path
+    target: Path
+    replaces: str | None = None  # the old link's target, if one is there
+
+    def __str__(self) -> str:
+        old = f" (replaces the link to {self.replaces})" if self.replaces is not None else ""
+        return f"link {self.path} -> {self.target}{old}"
+
+
+@attrs.frozen
+class Copy:
+    """Copy one legacy file (or record one symlink) into a checkpoint."""
+
+    adapter: str
+    src_root: Path
+    rel: str
+    dest: str  # relative to the adapter's durable checkpoint
+    listed: bool  # recorded in the manifest (False: a raw SQLite file, for restore's fallback)
+    reason: str
+    link_target: str | None = None
+    mtime_ns: int = 0
+
+    def __str__(self) -> str:
+        what = f"link -> {self.link_target}" if self.link_target is not None else self.reason
+        return f"copy {self.src_root}/{self.rel} -> {self.adapter}:{self.dest} ({what})"
+
+
+@attrs.frozen
+class Move:
+    """Rename a legacy directory or a cache file to a free name beside or below it."""
+
+    store: Path
+    rel: str
+    new_rel: str
+
+    def __str__(self) -> str:
+        return f"rename {self.store}/{self.rel} -> {self.store}/{self.new_rel}"
+
+
+@attrs.frozen
+class Note:
+    """A step with nothing to do, and why."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+Action = MakeDir | Unlink | Link | Copy | Move | SnapshotOpen | Note
+
+
+@attrs.frozen
+class MigrateReport:
+    lines: tuple[str, ...]
+    changes: int
+    errors: tuple[str, ...]
+    dry_run: bool
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.errors else 0
+
+
+__all__ = ["Action", "Copy", "Link", "MakeDir", "MigrateReport", "Move", "Note", "Unlink"]
