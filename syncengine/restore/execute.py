@@ -177,10 +177,9 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int,
     meter = progress.start("restore", state.name, len(fetches),
                            sum(a.entry.size or 0 for a in fetches))
     try:
-        durable = state.store
-        with DirCache(state.live, create=True) as live, durable.batch(), \
+        with DirCache(state.live, create=True) as live, state.store.batch(), \
                 _dirs_around(state, dirs, live, made, errors), \
-                closing(_execute(fetches, live, durable, jobs, unrecorded)) as results:
+                closing(_execute(fetches, live, state.store, jobs, unrecorded)) as results:
             for action, result in results:
                 meter.advance(1, action.entry.size or 0)
                 _collect(state, action, result, restored, errors, counts)
@@ -188,7 +187,7 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int,
                 try:
                     if state.sqlite is None:
                         raise SourceError(db.entry.path, "restore", "no SQLite options")
-                    outcome = sqlite_restore.restore_db(db, live, durable, state.sqlite,
+                    outcome = sqlite_restore.restore_db(db, live, state.store, state.sqlite,
                                                         unrecorded=unrecorded)
                 except SourceError as exc:
                     _failed(state, db.entry.path, exc, errors)
