@@ -1,2 +1,3 @@
-"""The durable side: the manifest and segment-chain formats, the rule that judges a
+"""The durable side: the `Store` interface (store.py) every other package reads and
+writes through, the manifest and entry formats, segment chains, the rule that judges a
 durable copy, and (``posix/``) the store on a directory or FUSE mount."""

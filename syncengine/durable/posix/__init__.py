@@ -1,2 +1,3 @@
-"""The store on a POSIX directory or FUSE mount: staged writes, the durability
-primitives, safe path resolution, the mount probe and write-back detection."""
+"""The store on a POSIX directory or FUSE mount (`PosixStore`): staged writes, reads
+through safe path resolution, the durability primitives, the mount probe and write-back
+detection."""

@@ -120,13 +120,17 @@ class PosixReader:
             os.close(fd)
 
     def names(self, reldir: str) -> builtins.list[str]:
-        """Names in a durable directory, sorted ([] when it does not exist), reached
-        without following a symlink below the root."""
+        """Names in a durable directory, sorted ([] when it does not exist).
+
+        Inside `batch` through the cached descriptors (never through a symlink;
+        the directories stay open for the reads that follow); outside it one
+        listing by path (one round trip on a mount, where opening each directory
+        on the way would be one per component)."""
         try:
-            if not reldir:
-                return sorted(os.listdir(self.root))
-            with self._reader() as dirs:
-                return sorted(dirs.listdir(reldir))
+            dirs = self._dirs
+            if dirs is None or not reldir:
+                return sorted(os.listdir(self.root / reldir))
+            return sorted(dirs.listdir(reldir))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
