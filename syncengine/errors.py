@@ -39,6 +39,11 @@ class SourceError(SyncEngineError):
         self.reason = reason
 
 
+class UnsafePath(SourceError):
+    """A name that would leave the tree (absolute, ``..``, or through a symlink): from the
+    live tree, or a key of the durable side (`syncengine.durable.store`)."""
+
+
 class PathConflict(SourceError):
     """The durable side keeps another kind of entry where one path must go (a file
     where a directory is needed, or the reverse): that path is skipped, the run

@@ -59,9 +59,8 @@ import xxhash
 
 from syncengine.copier import stream
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.safepath import UnsafePath
 from syncengine.durable.store import META_DIR, ObjectInfo, Opened, Store
-from syncengine.errors import DurableError, SourceError, durable_error
+from syncengine.errors import DurableError, SourceError, UnsafePath, durable_error
 
 log = logging.getLogger("syncengine")
 SEG_DIR = f"{META_DIR}/segments"

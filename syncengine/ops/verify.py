@@ -45,9 +45,8 @@ from syncengine.copier import stream
 from syncengine.durable import chain, manifest, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.posix import savefile
-from syncengine.durable.posix.safepath import UnsafePath
 from syncengine.durable.store import MANIFEST_DIR, ObjectInfo, Store
-from syncengine.errors import DurableError, SourceError
+from syncengine.errors import DurableError, SourceError, UnsafePath
 from syncengine.local import behind
 from syncengine.local.index import Index
 from syncengine.local.status import index_path

@@ -17,13 +17,9 @@ import resource
 import threading
 from collections import OrderedDict
 
-from syncengine.errors import SourceError
+from syncengine.errors import UnsafePath
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class UnsafePath(SourceError):
-    """A name that would leave the tree (absolute, ``..``, or through a symlink)."""
 
 
 def check_relpath(relpath: str) -> str:
@@ -207,3 +203,6 @@ class _Parent(_Pinned):
 
     def __enter__(self) -> tuple[int, str]:  # type: ignore[override]
         return super().__enter__(), self._name
+
+
+__all__ = ["DirCache", "UnsafePath", "check_relpath"]
