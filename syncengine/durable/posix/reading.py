@@ -12,6 +12,7 @@ changes the durable side.
 from __future__ import annotations
 
 import builtins
+import io
 import os
 import stat
 import threading
@@ -97,14 +98,32 @@ class PosixReader:
 
     @contextmanager
     def open(self, relpath: str) -> Iterator[Opened]:
-        """One object open for reading (`Opened`: its info and an unbuffered stream)."""
+        """One object open for reading (`Opened`: its info and an unbuffered stream).
+
+        Something else at `relpath` (a directory) comes with its kind and no bytes:
+        callers refuse it by `info.kind`.
+        """
         fd = self._open_fd(relpath)
-        with os.fdopen(fd, "rb", buffering=0) as f:
-            yield Opened(_info(relpath, os.fstat(fd), None), f)
+        try:
+            info = _info(relpath, os.fstat(fd), None)
+            f = os.fdopen(fd, "rb", buffering=0) if info.kind == "file" else None
+        except BaseException as exc:
+            os.close(fd)
+            if isinstance(exc, OSError):
+                raise durable_error("stat", self.where(relpath), exc) from exc
+            raise
+        if f is None:
+            os.close(fd)
+            yield Opened(info, io.BytesIO())
+            return
+        with f:
+            yield Opened(info, f)
 
     def read_bytes(self, relpath: str) -> bytes:
         """One object's bytes (inside `batch`, the directories on the way are opened once)."""
         with self.open(relpath) as o:
+            if o.info.kind != "file":
+                raise DurableError(f"read {self.where(relpath)}: not a regular file")
             try:
                 return o.file.read()
             except OSError as exc:
