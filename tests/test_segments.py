@@ -20,7 +20,6 @@ from syncengine import Engine
 from syncengine.checkpoint import segments
 from syncengine.durable import chain, manifest
 from syncengine.durable.manifest import load
-from syncengine.durable.posix.store import MANIFEST_DIR
 from syncengine.errors import SourceError
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, EngineFactory, Tree
@@ -62,8 +61,13 @@ def resolved_lens(tree: Tree, rel: str = LOG) -> list[int]:
     return [p.length for p in chain.load(durable, entry(tree, rel)).pieces]
 
 
+def chain_keys(tree: Tree, rel: str = LOG) -> list[str]:
+    """The chain's objects as the store lists them (any durable kind, memory included)."""
+    return sorted(i.key for i in tree.store("state/x").list(f"{segments.SEG_DIR}/{rel}.d"))
+
+
 def manifest_objects(tree: Tree) -> list[str]:
-    return sorted(p.name for p in (tree.backing / "state/x" / MANIFEST_DIR).iterdir())
+    return [name for _, _, name in manifest.list_objects(tree.store("state/x"))]
 
 
 def durable_files(tree: Tree) -> dict[str, bytes]:
@@ -192,6 +196,7 @@ def test_bad_segment_refuses_that_file(tree: Tree, engine: EngineFactory, cli: C
     assert export.stdout == ""
 
 
+@pytest.mark.memory
 def test_idle_compaction_then_restore(tree: Tree, engine: EngineFactory) -> None:
     path = tree.write(f"x/{LOG}", b"a\n")
     eng = engine(RAW)
@@ -205,7 +210,7 @@ def test_idle_compaction_then_restore(tree: Tree, engine: EngineFactory) -> None
     report = Engine(eng.config, stores=eng.stores, clock=lambda: later).checkpoint()
     assert report.ok and report.files == 1
     assert entry(tree).extra["lens"] == [path.stat().st_size]
-    assert len(chain_objects(tree)) == 5  # old chain kept for gc
+    assert len(chain_keys(tree)) == 5  # old chain kept for gc
     expected = path.read_bytes()
     wipe_local(tree)
     assert engine(RAW).restore().ok
@@ -345,6 +350,7 @@ def test_an_append_publishes_one_object_and_no_manifest(tree: Tree, engine: Engi
     assert (tree.local / "x" / LOG).read_bytes() == expected
 
 
+@pytest.mark.memory
 def test_several_unrecorded_appends_restore_exactly_and_the_chain_continues(
         tree: Tree, engine: EngineFactory) -> None:
     path = tree.write(f"x/{LOG}", b"base\n")
@@ -360,13 +366,13 @@ def test_several_unrecorded_appends_restore_exactly_and_the_chain_continues(
     assert report.ok and report.files == 1 and report.bytes == len(expected)
     restored = tree.local / "x" / LOG
     assert restored.read_bytes() == expected
-    before = chain_objects(tree)
+    before = chain_keys(tree)
     _append(restored, b"after restore\n")
     eng = engine(RAW)
     report = eng.checkpoint()  # the index knows the whole chain: one segment, same chain
     assert report.ok and report.bytes == len(b"after restore\n")
     assert report.adapters[0].manifest is None
-    assert len(chain_objects(tree)) == len(before) + 1
+    assert len(chain_keys(tree)) == len(before) + 1
     assert eng.checkpoint(final=True).adapters[0].manifest is not None
     assert entry(tree).extra["lens"] == resolved_lens(tree) and len(resolved_lens(tree)) == 7
 
@@ -473,6 +479,7 @@ def test_old_names_still_restore(tree: Tree, engine: EngineFactory) -> None:
     assert (tree.local / "x" / LOG).read_bytes() == b"one\ntwo\n"
 
 
+@pytest.mark.memory
 def test_export_verify_and_gc_see_unrecorded_segments(tree: Tree, engine: EngineFactory
                                                       ) -> None:
     import io
@@ -487,12 +494,13 @@ def test_export_verify_and_gc_see_unrecorded_segments(tree: Tree, engine: Engine
     later = eng.clock() + 30 * 86400 * 10**9
     gc = Engine(eng.config, stores=eng.stores, clock=lambda: later).gc(apply=True)
     assert gc.exit_code == 0 and gc.adapters[0].objects == 0
-    assert len(chain_objects(tree)) == 3
-    chain_objects(tree)[1].unlink()
+    assert len(chain_keys(tree)) == 3
+    assert tree.store("state/x").delete(chain_keys(tree)[1])
     problems = eng.verify(sample=0.0).adapters[0].problems
     assert [p.path for p in problems] == [LOG] and "missing" in problems[0].what
 
 
+@pytest.mark.memory
 def test_hot_restart_compares_the_local_copy_with_the_chain(tree: Tree,
                                                            engine: EngineFactory) -> None:
     t = time.time_ns() - 60 * 10**9  # recent: an idle chain would be compacted
@@ -504,7 +512,7 @@ def test_hot_restart_compares_the_local_copy_with_the_chain(tree: Tree,
     assert report.ok and report.adapters[0].kept_local == 1 and report.files == 0
     _append(path, b"three\n", t + 3 * 10**9)
     report = engine(RAW).checkpoint()  # and the index still continues the same chain
-    assert report.bytes == len(b"three\n") and len(chain_objects(tree)) == 3
+    assert report.bytes == len(b"three\n") and len(chain_keys(tree)) == 3
     # A stale local copy, newer than the manifest's record but older than the chain
     path.write_bytes(b"one\n")
     os.utime(path, ns=(t + 10**9, t + 10**9))
@@ -514,6 +522,7 @@ def test_hot_restart_compares_the_local_copy_with_the_chain(tree: Tree,
     assert path.stat().st_mtime_ns == t + 3 * 10**9
 
 
+@pytest.mark.memory
 def test_a_compacted_manifest_base_keeps_logs(tree: Tree, engine: EngineFactory,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(manifest, "COMPACT_AFTER", 1)
