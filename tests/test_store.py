@@ -10,6 +10,7 @@ what the object store was asked.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -180,3 +181,39 @@ def test_verify_names_a_missing_and_a_changed_object(tree: Tree, engine: EngineF
     assert not report.ok
     assert "missing" in problems["a.txt"]
     assert "sub/b.bin" in problems and "a.txt" in problems and len(problems) == 2
+
+
+def _manifest(store: Store, rows: list[dict[str, object]]) -> None:
+    lines = [json.dumps({"syncengine_manifest": 1, "adapter": "x", "seq": 1, "type": "base",
+                         "created_ns": 1}), *map(json.dumps, rows), json.dumps({"end": len(rows)})]
+    store.put_bytes(".syncengine/manifest/000000000001.base.jsonl",
+                    ("\n".join(lines) + "\n").encode(), if_absent=True)
+
+
+@pytest.mark.memory
+def test_restore_from_a_hostile_manifest_stays_in_the_live_tree(tree: Tree, engine: EngineFactory
+                                                               ) -> None:
+    """Whatever names the durable side holds, restore writes only below the live root, and
+    a missing object fails that path only."""
+    outside = tree.base / "outside"
+    outside.mkdir()
+    durable = tree.store("state/x")
+    _put(durable, "sub/ok.json", b"ok")
+    _put(durable, "payload", b"evil")
+    file: dict[str, object] = {"kind": "file", "size": 4, "mtime_ns": 1, "mode": 0o644}
+    _manifest(durable, [
+        {**file, "path": "../escape", "object": "payload"},
+        {**file, "path": "/abs/escape", "object": "payload"},
+        {"path": "link", "kind": "symlink", "mtime_ns": 1, "target": str(outside)},
+        {**file, "path": "link/escape", "object": "payload"},
+        {**file, "path": "steal", "object": "../../../../etc/passwd"},
+        {**file, "path": "gone.json"},
+        {**file, "path": "sub/ok.json", "size": 2}])
+    report = engine(RAW).restore()
+    failed = {e.path: e.reason for e in report.errors}
+    assert set(failed) == {"../escape", "/abs/escape", "link/escape", "steal", "gone.json"}
+    assert "missing on the durable side" in failed["gone.json"]
+    assert list(outside.iterdir()) == [] and not (tree.base / "escape").exists()
+    assert (tree.local / "x/link").is_symlink()
+    assert (tree.local / "x/sub/ok.json").read_bytes() == b"ok"
+    assert not (tree.local / "x/steal").exists()
