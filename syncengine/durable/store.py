@@ -20,7 +20,8 @@ Writing
   without rename), under a new unique name, which `w.object` then holds (the
   caller records it as the manifest entry's ``object``; None: under `key`).
   On an exception nothing becomes visible.  `unique`: `key` is a name used
-  once already (segments, journal), so it may be written directly.  Commit
+  once already (segments, journal), so it may be written directly; `sync`:
+  durable before it is visible (the journal's fsync).  Commit
   raises `CommitRefused` (this object refused: that path's error, the run
   goes on) or `DurableError` (the run stops).
 
