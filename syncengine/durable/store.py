@@ -43,7 +43,8 @@ Listing
   only, sorted (cheap: no per-object metadata on a mount).  `list(top)` is
   recursive, in no particular order: every object and link below `top`
   (from the root, the engine's own ``.syncengine/`` is skipped), links
-  reported as ``kind="link"`` with their target as a plain string.  Links
+  reported as ``kind="link"`` with their target as a plain string (None:
+  it could not be read).  Links
   exist only in durable trees of the old rsync layout; the engine itself
   records links in manifest entries.  `head(key)` is one object's
   `ObjectInfo` (a directory-like prefix: ``kind="dir"``), or None.

@@ -34,7 +34,7 @@ from syncengine.copier import upload
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
 from syncengine.durable.posix import savefile
-from syncengine.durable.store import Store
+from syncengine.durable.store import ObjectInfo, Store
 from syncengine.errors import DurableError, SourceError, durable_error
 from syncengine.local.lock import StateLock
 from syncengine.local.status import index_path
@@ -171,7 +171,7 @@ def _plan_copies(ctx: Setup, spec: AdapterSpec, step: MigrateStep, src: Path) ->
         raw_db = dbs.excluded(dest, False)
         if not raw_db and excluded.excluded(dest, False):
             continue
-        link = info.target if info.kind == "link" else None
+        link = _target(info, src)
         if link is not None and raw_db:
             continue
         kind = "symlink" if link is not None else "file"
@@ -182,6 +182,15 @@ def _plan_copies(ctx: Setup, spec: AdapterSpec, step: MigrateStep, src: Path) ->
             actions.append(Copy(spec.name, src, rel, dest, not raw_db, decision.reason,
                                 link, info.mtime_ns))
     return actions
+
+
+def _target(info: ObjectInfo, root: Path) -> str | None:
+    """A listed link's target (None: not a link); one that cannot be read stops the step."""
+    if info.kind != "link":
+        return None
+    if info.target is None:
+        raise DurableError(f"read the symlink {root / info.key}: it cannot be read")
+    return info.target
 
 
 def _dest_state(store: Store, entry: Entry | None, dest: str) -> LocalState | None:
@@ -330,7 +339,8 @@ def _record(ctx: Setup, spec: AdapterSpec, copied: list[Entry]) -> str:
             if excluded.excluded(rel, False) or dbs.excluded(rel, False):
                 continue
             if info.kind == "link":
-                entries[rel] = Entry(rel, "symlink", mtime_ns=info.mtime_ns, target=info.target)
+                entries[rel] = Entry(rel, "symlink", mtime_ns=info.mtime_ns,
+                                     target=_target(info, spec.durable))
             else:
                 entries[rel] = Entry(rel, "file", info.size, info.mtime_ns, info.mode)
     entries.update((e.path, e) for e in copied)

@@ -84,7 +84,9 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
         return entries + list(state.invalid.values()), list(state.problems), "manifest"
     entries = []
     for info in store.list():  # a link is listed with its target (durable.store)
-        if info.kind == "link":
+        if info.kind == "link" and info.target is None:
+            entries.append(Entry.invalid(info.key, "cannot read the durable symlink"))
+        elif info.kind == "link":
             entries.append(Entry(info.key, "symlink", mtime_ns=info.mtime_ns, target=info.target))
         else:
             entries.append(Entry(info.key, "file", info.size, info.mtime_ns, info.mode))

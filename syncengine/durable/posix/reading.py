@@ -178,11 +178,18 @@ class PosixReader:
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)
-                    target = os.readlink(entry.path) if stat.S_ISLNK(st.st_mode) else None
                 except FileNotFoundError:  # removed since the listing (rsync's exit 24)
                     continue
                 except OSError as exc:
                     raise durable_error("stat", path / entry.name, exc) from exc
+                target = None
+                if stat.S_ISLNK(st.st_mode):
+                    try:
+                        target = os.readlink(entry.path)
+                    except FileNotFoundError:
+                        continue
+                    except OSError:  # listed without a target: that path's problem
+                        target = None
                 if stat.S_ISDIR(st.st_mode):
                     stack.append(rel)
                 elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
