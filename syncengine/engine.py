@@ -31,7 +31,7 @@ from syncengine.errors import (
     side_error,
 )
 from syncengine.local import status
-from syncengine.local.index import DIRTY, SIG, Index, file_signature
+from syncengine.local.index import Index, file_signature, settled
 from syncengine.local.lock import StateLock
 from syncengine.notices import Notices
 from syncengine.patterns import Matcher, compile_patterns, database_patterns
@@ -40,12 +40,12 @@ from syncengine.report import AdapterReport, PathError, Report
 
 if TYPE_CHECKING:  # imported where used: `journal record` and `status` need none of them
     from syncengine.checkpoint import sqlite
-    from syncengine.checkpoint.execute import AdapterState
+    from syncengine.model import AdapterState
     from syncengine.ops import gc as gc_
     from syncengine.ops import migrate as migrate_
     from syncengine.ops import verify as verify_
     from syncengine.ops.journal import Journal
-    from syncengine.walk.scan import ScanJob, Seen
+    from syncengine.walk.job import ScanJob, Seen
 
 log = logging.getLogger("syncengine")
 
@@ -111,7 +111,8 @@ class Engine:
         return status.index_path(self.config.state_dir, name)
 
     def _state(self, spec: AdapterSpec) -> AdapterState:
-        from syncengine.checkpoint.execute import AdapterState, staging_marker
+        from syncengine.checkpoint.execute import staging_marker
+        from syncengine.model import AdapterState
 
         index = self._indexes.get(spec.name)
         if index is not None and index.file_sig != file_signature(self._index_path(spec.name)):
@@ -202,7 +203,7 @@ class Engine:
         """One walk job per adapter, with its directory table when it has a valid one."""
         from syncengine.checkpoint import execute as checkpoint
         from syncengine.walk import tablewalk
-        from syncengine.walk.scan import ScanJob
+        from syncengine.walk.job import ScanJob
 
         recent = started - checkpoint.GRANULARITY_NS  # directories changed since: list again
         jobs = [ScanJob(s.name, os.fspath(s.live), self._matchers[s.name], s.index.records,
@@ -567,20 +568,9 @@ class Engine:
 
 def _unsettled(index: Index, changed: Sequence[Seen]) -> set[str]:
     """Changed paths the index does not yet hold as settled (dirty, or not recorded)."""
-    dirty = SIG.pack(0, 0, DIRTY)[16:]
-    out = set()
-    for seen in changed:
-        raw = index.records.get(seen.path)
-        if (raw is None or raw[16:24] == dirty
-                or not raw.startswith(SIG.pack(seen.size, seen.mtime_ns, seen.ctime_ns))):
-            out.add(seen.path)
-    return out
-
-
-
-
-
-
+    records = index.records
+    return {seen.path for seen in changed
+            if not settled(records.get(seen.path), seen.size, seen.mtime_ns, seen.ctime_ns)}
 
 
 def _with(rep: AdapterReport, **changes: Any) -> AdapterReport:

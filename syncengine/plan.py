@@ -23,7 +23,7 @@ from syncengine.checkpoint.segments import MAX_SEGMENTS
 from syncengine.durable.manifest import Entry
 from syncengine.local.index import Index
 from syncengine.patterns import Matcher
-from syncengine.walk.scan import ScanResult, Seen
+from syncengine.walk.job import ScanResult, Seen
 
 
 class Sniffer(Protocol):

@@ -27,8 +27,9 @@ from syncengine.durable import manifest
 from syncengine.durable.posix.store import Store
 from syncengine.local.index import Index
 from syncengine.walk import tablewalk
+from syncengine.walk.job import ScanResult
 from syncengine.walk.missing import find_missing, missing_among, missing_dirs
-from syncengine.walk.scan import ScanResult, scan
+from syncengine.walk.scan import scan
 from tests.conftest import EngineFactory, Tree
 from tests.helpers import dir_modes, files
 

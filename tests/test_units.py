@@ -145,7 +145,8 @@ def test_scan_split_follows_the_index_so_one_deep_subtree_cannot_starve_a_worker
     """The frontier is split where the index says the files are, then bin-packed."""
     from pathlib import Path
 
-    from syncengine.walk.scan import ScanJob, ScanResult, _balance, _pack, walk_listing
+    from syncengine.walk.job import ScanJob, ScanResult
+    from syncengine.walk.listing import _balance, _pack, walk_listing
 
     root = Path(str(tmp_path))
     for i in range(3):  # three small siblings ...

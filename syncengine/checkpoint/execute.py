@@ -41,12 +41,10 @@ from syncengine.copier import (
 )
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.store import Store
 from syncengine.errors import DurableError, NameTaken, SourceError, local_error
 from syncengine.local import behind
 from syncengine.local.index import DIRTY, Index
-from syncengine.notices import Notices
-from syncengine.patterns import Matcher
+from syncengine.model import AdapterState
 from syncengine.plan import (
     PUBLISHING,
     AppendSegments,
@@ -70,22 +68,6 @@ Publishing = Upload | AppendSegments | Compact | PlainCopy | Snapshot
 # A file whose mtime is this close to the scan start may still change within
 # the same timestamp tick: publish it but look again next pass (borg files cache).
 GRANULARITY_NS = 2_000_000_000
-
-
-@attrs.define
-class AdapterState:
-    """One adapter at run time: its live root, store and loaded index."""
-
-    name: str
-    live: Path
-    store: Store
-    index: Index
-    index_path: Path
-    staging_marker: Path
-    segments: Matcher | None = None  # append-only logs (segments.py), if any
-    sqlite: sqlite.Options | None = None
-    sqlite_patterns: tuple[str, ...] = ()
-    notices: Notices = attrs.field(factory=Notices)  # warnings said once per run
 
 
 @attrs.frozen

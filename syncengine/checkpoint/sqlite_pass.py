@@ -23,17 +23,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import attrs
 
 from syncengine.checkpoint import sqlite
 from syncengine.copier import Published, Vanished, in_order
 from syncengine.errors import SourceError
+from syncengine.model import AdapterState
 from syncengine.plan import AppendSegments, Compact, PlainCopy, Snapshot, Upload
-
-if TYPE_CHECKING:  # checkpoint imports this module
-    from syncengine.checkpoint.execute import AdapterState
 
 log = logging.getLogger("syncengine")
 PAGE = 512  # the smallest SQLite page: a database file is a whole number of pages

@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 from syncengine.checkpoint import segments, sqlite
-from syncengine.checkpoint.execute import AdapterState
 from syncengine.durable import manifest
 from syncengine.durable.manifest import load as load_manifest
 from syncengine.durable.posix import savefile
@@ -43,6 +42,7 @@ from syncengine.errors import local_error
 from syncengine.local import behind
 from syncengine.local.index import DIRTY, Index
 from syncengine.local.status import read_json
+from syncengine.model import AdapterState
 
 log = logging.getLogger("syncengine")
 

@@ -51,8 +51,8 @@ from syncengine.local.index import ABSENT_SINCE
 from syncengine.local.lock import StateLock
 
 if TYPE_CHECKING:
-    from syncengine.checkpoint.execute import AdapterState
     from syncengine.engine import Engine
+    from syncengine.model import AdapterState
 
 log = logging.getLogger("syncengine")
 NS = 10**9
