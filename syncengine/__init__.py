@@ -35,9 +35,9 @@ _EXPORTS = {
     "AdapterSpec": "config", "Config": "config", "config_from_dict": "config",
     "load_config": "config", "Engine": "engine", "ConfigError": "errors",
     "DurableError": "errors", "Incomplete": "errors", "LockBusy": "errors",
-    "SourceError": "errors", "SyncEngineError": "errors", "Journal": "journal",
-    "Prompt": "journal", "AdapterReport": "report", "PathError": "report",
-    "Report": "report", "Runner": "runner",
+    "SourceError": "errors", "SyncEngineError": "errors", "Journal": "ops.journal",
+    "Prompt": "ops.journal", "AdapterReport": "report", "PathError": "report",
+    "Report": "report", "Runner": "daemon.runner",
 }
 
 
