@@ -202,6 +202,7 @@ class Passes:
             plain=segments.plain_wanted(state.index, started, quiet_ns) if logs else frozenset(),
             plain_why=f"quiet for {self.config.plain_after:g} s",
             missing_dirs=missing_mod.missing_dirs(state, result),
+            trust_hashes=not state.staging_marker.exists(),
         ) + tuple(sqlite.plan_databases(state.live, state.sqlite_patterns, state.index))
 
     def _ready(self, state: AdapterState, actions: Sequence[CheckpointAction], final: bool

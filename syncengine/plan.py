@@ -38,11 +38,17 @@ class Sniffer(Protocol):
 
 @attrs.frozen
 class Upload:
-    """Publish a new or changed file as a whole (hash first when the size did not change)."""
+    """Publish a new or changed file as a whole.
+
+    With `hash_first` the executor compares the file's hash with the recorded
+    one and writes nothing when they match; without it (a killed pass may
+    have left unrecorded versions at the durable paths) it copies the file.
+    """
 
     path: str
     size: int
     reason: str
+    hash_first: bool = True
 
     def __str__(self) -> str:
         return f"upload {self.path} ({self.reason}, {self.size} bytes)"
@@ -184,8 +190,8 @@ PUBLISHING = (Upload, AppendSegments, Compact, PlainCopy, Snapshot)  # actions t
 def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
                     compact: frozenset[str] = frozenset(), *, logs: Matcher | None = None,
                     sniff: Sniffer | None = None, plain: frozenset[str] = frozenset(),
-                    plain_why: str = "quiet", missing_dirs: Iterable[str] = ()
-                    ) -> tuple[CheckpointAction, ...]:
+                    plain_why: str = "quiet", missing_dirs: Iterable[str] = (),
+                    trust_hashes: bool = True) -> tuple[CheckpointAction, ...]:
     """One action per changed, new, vanished or special path, naming what will be done.
 
     `logs` matches append-only logs (segments); `compact` names idle logs whose
@@ -194,13 +200,14 @@ def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
     `plain_why` says why) unless they changed in this pass; `sniff` tells
     SQLite databases and their companions from plain files (none: all plain).
     Directories the scan reports are recorded (`RecordDir`), those in
-    `missing_dirs` counted absent.
+    `missing_dirs` counted absent.  Without `trust_hashes` (the staging marker
+    of a killed pass is there) no upload is skipped by its recorded hash.
     """
     actions: list[CheckpointAction] = []
     changed = set()
     databases: set[str] = set()  # of changed companions
     for seen in sorted(scan.changed):
-        action = _plan_seen(seen, index, logs, sniff, seen.path in compact)
+        action = _plan_seen(seen, index, logs, sniff, seen.path in compact, trust_hashes)
         if isinstance(action, SkipCompanion):
             databases.add(action.database)
         actions.append(action)  # a changed log is not quiet: `plain` is for unchanged ones
@@ -237,7 +244,7 @@ _HEADER_MIN = 512  # the smallest SQLite database (one page)
 
 
 def _plan_seen(seen: Seen, index: Index, logs: Matcher | None, sniff: Sniffer | None,
-               compact: bool) -> CheckpointAction:
+               compact: bool, trust_hashes: bool) -> CheckpointAction:
     if seen.is_link:
         return RecordLink(seen.path)
     if sniff is not None:
@@ -249,17 +256,19 @@ def _plan_seen(seen: Seen, index: Index, logs: Matcher | None, sniff: Sniffer | 
                             listed=False)
     if logs is not None and logs.excluded(seen.path, False):
         return _plan_log(seen, index, compact)
-    return Upload(seen.path, seen.size, _reason(seen, index))
+    return Upload(seen.path, seen.size, _reason(seen, index, trust_hashes),
+                  hash_first=trust_hashes)
 
 
-def _reason(seen: Seen, index: Index) -> str:
+def _reason(seen: Seen, index: Index, trust_hashes: bool = True) -> str:
     rec = index.get(seen.path)
     if rec is None:
         return "new"
     if rec.absent:
         return "reappeared"
     if rec.size == seen.size:
-        return "same size: hash first"
+        return "same size: hash first" if trust_hashes else (
+            "same size, copied whole: a killed pass may have left versions unrecorded")
     return f"size {rec.size} -> {seen.size}"
 
 

@@ -95,9 +95,9 @@ def entry_of(done: Done) -> Entry:
     if isinstance(done, SnapshotDone):
         return done.published.entry
     if isinstance(done, LogDone):
-        c = done.copied
-        return Entry(done.path, "segments", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64,
-                     extra=segments.manifest_extra(c.extra))
+        log_ = done.copied
+        return Entry(done.path, "segments", log_.size, log_.mtime_ns, log_.mode & 0o7777,
+                     log_.hash64, extra=segments.manifest_extra(log_.extra))
     if isinstance(done, FileDone):
         c = done.copied
         return Entry(done.path, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64,
