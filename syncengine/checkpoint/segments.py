@@ -144,20 +144,8 @@ def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, 
     local = _local(old)
     covered = sum(lens)
     h = xxhash.xxh3_64()
-    why = ""
-    if not lens or not chain or rec is None:
-        why = "new chain"
-    elif local.get("ino") not in (None, st.st_ino):
-        why = "replaced"
-    elif st.st_size < covered:
-        why = "shrank"
-    else:
-        os.lseek(fd, 0, os.SEEK_SET)
-        n, digest = stream(fd, covered, None, src_name=src, hasher=h)
-        if n != covered:
-            why = "shrank"
-        elif digest != rec.hash64:
-            why = "rewritten"
+    why = "new chain" if not lens or not chain or rec is None else _chain_break(
+        fd, st, src, local, covered, rec.hash64, h)
     if not why and (len(lens) >= MAX_SEGMENTS or (compact and len(lens) > 1)):
         why = "compact"
     start = 0 if why else covered
@@ -202,6 +190,21 @@ def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, 
     return Logged(True, cut, digest, st.st_mode, st.st_mtime_ns, _sig(st),
                   raced=_sig(after) != _sig(st) or after.st_ino != st.st_ino, extra=extra,
                   written=cut - start, why=why or "append")
+
+
+def _chain_break(fd: int, st: os.stat_result, src: str, local: dict[str, Any], covered: int,
+                 published_hash: int, h: xxhash.xxh3_64) -> str:
+    """Why the live file no longer extends its published prefix ("": it does; `h` then
+    holds the prefix's hash, to be continued over the new bytes)."""
+    if local.get("ino") not in (None, st.st_ino):
+        return "replaced"
+    if st.st_size < covered:
+        return "shrank"
+    os.lseek(fd, 0, os.SEEK_SET)
+    n, digest = stream(fd, covered, None, src_name=src, hasher=h)
+    if n != covered:
+        return "shrank"
+    return "rewritten" if digest != published_hash else ""
 
 
 def _publish_plain(store: Store, fd: int, st: os.stat_result, src: str, relpath: str,
