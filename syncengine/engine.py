@@ -186,7 +186,8 @@ class Engine:
             except OSError as exc:
                 raise self.os_error("check the durable side", exc) from exc
         for rep in reports:
-            log.error("durable.check-failed adapter=%s error=%s", rep.name, rep.fatal)
+            log.error("durable.check-failed adapter=%s error=%s", rep.name, rep.fatal,
+                      extra={"event": "durable.check-failed"})
 
     def restore(self, adapters: Sequence[str] | None = None, *, dry_run: bool = False
                 ) -> Report:
@@ -256,7 +257,8 @@ class Engine:
         if self._caps is None or self._caps.instance != probe.instance(root):
             self._caps = probe.capabilities(root, self.config.state_dir)
             self._uploads = writeback.uploads(self._caps, self.config)
-            log.info("probe.durable root=%s %s", root, self._caps.describe())
+            log.info("probe.durable root=%s %s", root, self._caps.describe(),
+                     extra={"event": "probe.durable"})
         return self._caps
 
     def export(self, path: str, out: BinaryIO, *, adapter: str | None = None) -> int:

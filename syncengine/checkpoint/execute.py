@@ -345,7 +345,8 @@ def _prepare_staging(state: AdapterState) -> None:
         state.index.meta["deltas"] = manifest.COMPACT_AFTER
         removed = state.store.sweep_staging()
         if removed:
-            log.info("checkpoint.swept-staging adapter=%s files=%d", state.name, removed)
+            log.info("checkpoint.swept-staging adapter=%s files=%d", state.name, removed,
+                     extra={"event": "checkpoint.swept-staging"})
     else:
         mark_unrecorded(state)
 

@@ -127,7 +127,8 @@ def publish(store: Store, live_root: str, relpath: str, index: Index, *, final: 
             try:
                 logged = _publish_plain(store, fd, st, src, relpath, logged)
             except Waiting as exc:  # the chain's part stands; the plain copy waits
-                log.debug("segments.plain-waiting path=%s (%s)", relpath, exc)
+                log.debug("segments.plain-waiting path=%s (%s)", relpath, exc,
+                          extra={"event": "segments.plain-waiting"})
         return logged
     except OSError as exc:
         raise SourceError(relpath, "read", exc.strerror or str(exc)) from exc

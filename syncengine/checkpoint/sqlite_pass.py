@@ -110,7 +110,7 @@ def found_late(state: AdapterState, path: str, recent: int, final: bool
     """A database found while its file was being copied (see the module docstring)."""
     if not final:
         log.debug("sqlite.deferred adapter=%s path=%s: found while copying; snapshotted next "
-                  "pass, before its files", state.name, path)
+                  "pass, before its files", state.name, path, extra={"event": "sqlite.deferred"})
         return Deferred(path)
     db = Database(path, False)
     return publish(state, db, stage(state, path, False), recent)
