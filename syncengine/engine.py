@@ -47,11 +47,9 @@ if TYPE_CHECKING:  # imported where used (see the module docstring)
     from syncengine.ops import migrate as migrate_
     from syncengine.ops import verify as verify_
     from syncengine.ops.journal import Journal
-    from syncengine.passes import Passes
+    from syncengine.passes import Hints, Passes
 
 log = logging.getLogger("syncengine")
-
-Hints = Mapping[str, "set[str] | frozenset[str] | None"]
 
 
 # A durable tree's own directory, never live state: the old rsync script's restore

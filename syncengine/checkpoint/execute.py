@@ -16,7 +16,7 @@ durable side fails part-way, the index is not advanced, so the next pass
 takes the same files again; nothing already durable is lost.  An idle pass
 touches neither the durable side nor the index file.
 
-Each action says what to do (plan.py); what the executor learns only by
+Each action says what to do (`syncengine.plan`); what the executor learns only by
 doing it (a file vanished or changed while copied, a log rewritten in place,
 a file that became a database since it was planned) is reported, never
 turned into another action of the same pass.

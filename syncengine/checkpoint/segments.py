@@ -18,7 +18,7 @@ old published beginning with bytes the new one came with, and a restore
 before the next pass would bring back a file that never existed.  Such a
 copy is discarded before it is closed (`Changed`); the next pass sees the
 rewrite and starts a new chain.  Such an append needs no manifest object: the
-segment's name places it (checkpoint.py decides when a manifest object is
+segment's name places it (`record.manifest_entries` decides when a manifest object is
 written, and then records the chain).  Anything but a pure append starts a
 new chain with a fresh base, as does compaction (a chain longer than
 `MAX_SEGMENTS`, or idle for `IDLE_NS` with more than one object); a new

@@ -58,7 +58,7 @@ class Deferred(Exception):
 
 def split(actions: Sequence[Upload | AppendSegments | Compact | PlainCopy | Snapshot]
           ) -> Sorted:
-    """Databases first, in path order; the plan already named them (see plan.py)."""
+    """Databases first, in path order; the plan already named them (`plan.Snapshot`)."""
     dbs = {a.path: Database(a.path, a.listed) for a in actions if isinstance(a, Snapshot)}
     files = tuple(a for a in actions if not isinstance(a, Snapshot))
     return Sorted(tuple(dbs[p] for p in sorted(dbs)), files)

@@ -12,11 +12,11 @@ directory table needs anyway: no system call is added.
 `scan_paths` looks only at the paths a file watcher reported (a partial
 scan); its result says which of those paths are gone, and nothing else.
 
-Speed: an idle pass is dominated by one ``lstat`` per file.  When the process
-has a single thread (the one-shot CLI) the walk is split across forked worker
-processes by directory, which brings a 100,000-file walk under the cost of
-``find -newer``; with threads running (daemon, embedded use) it walks serially
-in the calling thread, because forking a threaded process is unsafe.
+Speed: an idle pass is dominated by one ``lstat`` per file.  Given more than
+one worker (the dispatcher, `scan`, gives it more only when the process may
+fork) the walk is split across forked worker processes by directory, which
+brings a 100,000-file walk under the cost of ``find -newer``.  The table walk
+(`tablewalk`) is not imported here: it calls `walk_listing` as it is handed it.
 """
 
 from __future__ import annotations
