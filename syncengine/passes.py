@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from syncengine.checkpoint import execute as checkpoint
-from syncengine.checkpoint import segments, sqlite
+from syncengine.checkpoint import record, segments, sqlite
 from syncengine.config import AdapterSpec
 from syncengine.durable.posix import probe
 from syncengine.durable.posix.store import Store
@@ -110,7 +110,7 @@ class Passes:
     # -- checkpoint ------------------------------------------------------
     def scan_jobs(self, states: Sequence[AdapterState], started: int) -> list[ScanJob]:
         """One walk job per adapter, with its directory table when it has a valid one."""
-        recent = started - checkpoint.GRANULARITY_NS  # directories changed since: list again
+        recent = started - record.GRANULARITY_NS  # directories changed since: list again
         jobs = [ScanJob(s.name, os.fspath(s.live), self.engine.matcher(s.name), s.index.records,
                         self.engine.skip_dirs(self.config.adapter(s.name)), s.index.dir_view(),
                         recent_ns=recent)

@@ -32,9 +32,7 @@ from pathlib import Path
 import attrs
 
 from syncengine.checkpoint import record, segments, sqlite, sqlite_pass
-from syncengine.checkpoint.record import (
-    GRANULARITY_NS as GRANULARITY_NS,  # the engine's walk lists directories changed since
-)
+from syncengine.checkpoint.record import GRANULARITY_NS
 from syncengine.checkpoint.record import (
     write_base as write_base,  # gc writes its base manifest with it
 )
