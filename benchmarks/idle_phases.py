@@ -18,7 +18,7 @@ import sys, time
 marks = [("start", time.perf_counter())]
 import syncengine.cli  # noqa: F401  (what `syncengine checkpoint` imports)
 marks.append(("imports", time.perf_counter()))
-from syncengine.checkpoint import execute as checkpoint
+from syncengine import passes  # noqa: F401  (the pass machinery, imported on first use)
 from syncengine.walk import missing, tablewalk  # noqa: F401  (what a pass imports)
 from syncengine.config import load_config
 from syncengine.engine import Engine
@@ -28,9 +28,9 @@ cfg = load_config(sys.argv[1])
 eng = Engine(cfg)
 marks.append(("config", time.perf_counter()))
 spec = cfg.adapters[0]
-state = eng._state(spec)
+state = eng.passes.state(spec)
 marks.append(("index load", time.perf_counter()))
-[job] = eng._scan_jobs([state], time.time_ns())  # as Engine.checkpoint builds it
+[job] = eng.passes.scan_jobs([state], time.time_ns())  # as Engine.checkpoint builds it
 marks.append(("table load" if job.table else "no table", time.perf_counter()))
 result = scan([job], workers=2)[state.name]
 marks.append(("walk (2 workers)", time.perf_counter()))

@@ -27,11 +27,20 @@ from syncengine.report import Report
 
 
 class _JsonFormatter(logging.Formatter):
-    """One JSON object per line; `event` is the stable prefix ("checkpoint.manifest")."""
+    """One JSON object per line; `event` is the stable name ("checkpoint.manifest") the
+    call passed as a structured field, ``log.info(msg, ..., extra={"event": name})``.
+
+    A call that passes none yet (a few in the durable side's and restore's modules,
+    tests/test_logging.py lists them) falls back to the first word of its message,
+    which by convention is that same name; the fallback goes when the list is empty.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         msg = record.getMessage()
-        event = msg.split(" ", 1)[0] if msg[:1].isalpha() and "." in msg.split(" ", 1)[0] else ""
+        event = getattr(record, "event", None)
+        if not isinstance(event, str):
+            word = msg.split(" ", 1)[0]
+            event = word if msg[:1].isalpha() and "." in word else ""
         return json.dumps({"ts": round(record.created, 6), "level": record.levelname.lower(),
                            "event": event, "msg": msg})
 

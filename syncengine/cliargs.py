@@ -126,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     _global_options(p.add_argument_group("global options (also accepted after COMMAND)"))
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _pass_commands(sub)  # in this order in --help
+    _durable_commands(sub)
+    _explain_and_run(sub)
+    return p
+
+
+def _pass_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """checkpoint, restore and status."""
     c = _command(sub, "checkpoint", help="publish what changed since the last checkpoint",
                        description="Walk the live trees (never the durable side), publish new "
                        "and changed files as closed objects, then record them in a manifest. "
@@ -152,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "Reads local state only.")
     s.add_argument("--json", action="store_true", help="machine-readable output")
 
+
+def _durable_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """export, verify, gc, migrate and journal: reading and maintaining the durable side."""
     e = _command(sub, "export", help="write the durable copy of one file (a transcript "
                        "rebuilt from its segments)",
                        description="Rebuild PATH from the durable side (base + segments, "
@@ -203,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("action", choices=("record", "list", "export"))
     j.add_argument("--session", required=True, metavar="ID", help="session id (any text)")
 
+
+def _explain_and_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """explain (the live tree against the rules) and run (the container entrypoint)."""
     x = _command(sub, "explain", help="what a checkpoint does with each path of an "
                  "adapter's live tree, and which rule decided it",
                  description="For every path of ADAPTER's live tree (or each PATH): "
@@ -231,4 +245,3 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--no-watch", action="store_true",
                    help="walk the trees every pass instead of using inotify hints")
     u.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
-    return p

@@ -9,7 +9,7 @@ else in the package may read ``os.environ``.
 Every value is checked before anything runs, so a bad one is one line naming
 the key and the fix (`ConfigError`, exit 2): a TOML value must have its TOML
 type (``jobs = "8"`` is refused; only environment variables are text, parsed
-here), numbers must be finite and in range (`RANGES`), and a relative path in
+here), numbers must be finite and in range (`confignumbers.RANGES`), and a relative path in
 a config file is taken relative to that file's folder.  Adapter tables are
 checked, and each adapter's live and durable trees placed (the design's
 ``CODEX_HOME``, ``CODEX_DURABLE``, ... named in the adapter files), by
@@ -20,7 +20,6 @@ home directories.
 
 from __future__ import annotations
 
-import math
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -37,6 +36,7 @@ from syncengine.adapterspec import (
     check_overlaps,
     place,
 )
+from syncengine.confignumbers import check_number
 from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
@@ -51,22 +51,6 @@ DEFAULT_SQLITE_BUSY_TIMEOUT = 2.0
 DEFAULT_RESCAN_INTERVAL = 600.0
 DEFAULT_CONFIRM_TIMEOUT = 60.0  # seconds a pass waits for a write-back mount's uploads
 DEFAULT_PLAIN_AFTER = 180.0  # a transcript quiet this long is published whole at its path
-# What a number may be: (smallest, largest, whole number).  Bounds keep a typo from
-# becoming a busy loop (interval 0) or a timer that never fires (inf overflows a wait).
-RANGES: dict[str, tuple[float, float, bool]] = {
-    "interval": (0.1, 86400.0, False),
-    "rescan_interval": (1.0, 604800.0, False),
-    "sqlite_busy_timeout": (0.001, 3600.0, False),
-    "jobs": (1, 256, True),
-    "plain_after": (1.0, 604800.0, False),
-    "absent_passes": (1, 255, True),  # the index counts absent passes up to 255
-    "grace_seconds": (0.0, math.inf, False),
-    "min_present_ratio": (0.0, 1.0, False),
-    "staging_seconds": (0.0, math.inf, False),
-    "confirm_timeout": (0.0, 3600.0, False),
-}
-
-
 @attrs.frozen
 class GcConfig:
     """The `[gc]` table: when a deleted file becomes a tombstone and when it may go."""
@@ -242,39 +226,6 @@ def _write_back(layers: _Layers) -> tuple[bool | None, str | None]:
             "with --rc --rc-addr 127.0.0.1:5572 and no --rc-user: syncengine reads only "
             "vfs/stats, which needs none)")
     return (None if declared == "auto" else bool(declared)), rc
-
-
-def check_number(where: str, key: str, value: Any) -> float:
-    """`value` as the number `key` must be (type and range: `RANGES`), or ConfigError.
-
-    Strings are not numbers here: only environment variables are text, and
-    their caller parses them first.
-    """
-    low, high, whole = RANGES[key]
-    what = (f"a whole number from {low:g} to {high:g}" if whole else
-            f"a number from {low:g}" + (f" to {high:g}" if math.isfinite(high) else " up"))
-    if isinstance(value, bool) or not isinstance(value, int | float) or (
-            whole and not isinstance(value, int)):
-        fix = ""
-        if isinstance(value, str):
-            fix = (f": write {key} = {value.strip()} without quotes"
-                   if _parses(value, whole) else "")
-        elif isinstance(value, float) and whole and math.isfinite(value):
-            fix = f": write {key} = {math.floor(value)} or {math.ceil(value)}"
-        kind = "true/false" if isinstance(value, bool) else type(value).__name__
-        raise ConfigError(f"{where}: {key} must be {what}, not the {kind} {value!r}{fix}")
-    if not (math.isfinite(value) and low <= value <= high):
-        raise ConfigError(f"{where}: {key} must be {what}, not {value!r}")
-    number: float = value
-    return number
-
-
-def _parses(text: str, whole: bool) -> bool:
-    try:
-        number = int(text) if whole else float(text)
-    except ValueError:
-        return False
-    return math.isfinite(number)
 
 
 def _gc_config(table: Any, origin: str) -> GcConfig:

@@ -30,7 +30,8 @@ class Notices:
         with self._lock:
             repeat = self._said.get(key) == reason
             self._said[key] = reason
-        log.log(logging.DEBUG if repeat else logging.WARNING, msg, *args)
+        log.log(logging.DEBUG if repeat else logging.WARNING, msg, *args,
+                extra={"event": event})
         return not repeat
 
     def settled(self, event: str, adapter: str, path: str) -> None:

@@ -94,7 +94,8 @@ class Progress:
         now = self.reporter.clock()
         if now >= self._next_log:
             self._next_log = now + self.reporter.every
-            log.info("%s.progress adapter=%s %s", self.operation, self.label, self.describe(now))
+            log.info("%s.progress adapter=%s %s", self.operation, self.label, self.describe(now),
+                     extra={"event": f"{self.operation}.progress"})
         if self.reporter.bar is not None and now >= self._next_bar:
             self._next_bar = now + self.reporter.bar_every
             self._draw(now)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from syncengine import ConfigError, Engine, config_from_dict
-from syncengine.checkpoint.execute import write_base
+from syncengine.checkpoint.record import write_base
 from syncengine.durable import manifest
 from syncengine.durable.posix.store import Store
 from syncengine.local.index import Index

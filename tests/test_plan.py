@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from syncengine import Engine, config_from_dict
+from syncengine.checkpoint.execute import staging_marker
 from syncengine.durable.chain import SEG_DIR
 from tests.conftest import Tree
 
@@ -108,3 +109,75 @@ def test_the_dry_run_names_each_action_that_will_be_taken(tree: Tree) -> None:
     # two objects now, idle by the fixed clock: its compaction is due
     assert ("compact logs/app.jsonl (idle log: a new chain of one base, 12 bytes; and whole "
             "at its plain path unless it is there)") in again.plan
+
+
+KINDS = {"adapters": [], "adapter": [{"name": "k", "live": "k", "durable": "state/k",
+                                      "segments": ["logs/*.jsonl"], "sqlite": ["app.db"],
+                                      "exclude": ["cache/"]}]}
+
+
+def test_each_kind_of_change_is_one_line_of_the_plan(tree: Tree) -> None:
+    """New, changed and deleted files, a listed database and an unlisted one with its WAL,
+    an appended transcript, a directory and a symlink: one line each, in plan order; an
+    excluded path: none."""
+    live = tree.local / "k"
+    for rel, text in [("kept.txt", "same"), ("changed.txt", "v1"), ("deleted.txt", "d"),
+                      ("logs/t.jsonl", "turn 1\n")]:
+        tree.write(f"k/{rel}", text, mtime_ns=OLD)
+    _db(live / "app.db", 1)
+    eng = Engine(config_from_dict(KINDS, env=tree.env()), clock=lambda: NOW)
+    assert eng.checkpoint().ok
+    tree.write("k/new.txt", "brand new")
+    tree.write("k/changed.txt", "v2 longer")
+    (live / "deleted.txt").unlink()
+    with open(live / "logs/t.jsonl", "a") as f:
+        f.write("turn 2\n")
+    _db(live / "app.db", 2)
+    _db(live / "notes.sqlite", 1)
+    tree.write("k/notes.sqlite-wal", b"\0" * 32)
+    (live / "sub").mkdir()
+    (live / "sub").chmod(0o750)
+    (live / "link").symlink_to("kept.txt")
+    tree.write("k/cache/blob", "excluded")
+    (report,) = eng.checkpoint(dry_run=True).adapters
+    assert list(report.plan) == [
+        "upload changed.txt (size 2 -> 9, 9 bytes)",
+        "link link",
+        "append logs/t.jsonl (7 bytes after 7: one segment of complete lines)",
+        "upload new.txt (new, 9 bytes)",
+        "snapshot notes.sqlite (unlisted database, new)",
+        "skip notes.sqlite-wal (companion of SQLite database notes.sqlite: snapshotted)",
+        "absent deleted.txt (durable copy kept)",
+        "dir sub/ (new, mode 0750)",
+        "snapshot app.db (database changed)",
+    ]
+    # carried out as planned: then no line of it is left to do
+    (done,) = eng.checkpoint().adapters
+    assert done.ok and done.links == 1 and done.dirs == 1, done
+    durable = tree.backing / "state/k"
+    assert (durable / "new.txt").read_text() == "brand new"
+    assert (durable / "changed.txt").read_text() == "v2 longer"
+    assert (durable / "deleted.txt").is_file()  # kept: deletions wait for gc
+    assert (durable / "checkpoints/notes.sqlite").is_file()
+    assert not (durable / "notes.sqlite-wal").exists() and not (durable / "cache").exists()
+    (again,) = eng.checkpoint(dry_run=True).adapters
+    assert not set(report.plan) & set(again.plan) - {"absent deleted.txt (durable copy kept)"}
+
+
+def test_after_a_killed_pass_the_plan_says_same_size_files_are_copied_whole(tree: Tree
+                                                                            ) -> None:
+    """The staging marker of a killed pass: the durable path may hold an unrecorded
+    version, so the recorded hash is not trusted, and the plan says so."""
+    tree.write("k/same.txt", "1234", mtime_ns=OLD)
+    eng = Engine(config_from_dict(KINDS, env=tree.env()), clock=lambda: NOW)
+    assert eng.checkpoint().ok
+    tree.write("k/same.txt", "abcd")
+    (report,) = eng.checkpoint(dry_run=True).adapters
+    assert list(report.plan) == ["upload same.txt (same size: hash first, 4 bytes)"]
+    staging_marker(tree.state, "k").touch()  # what a killed pass leaves
+    (report,) = eng.checkpoint(dry_run=True).adapters
+    assert list(report.plan) == [
+        "upload same.txt (same size, copied whole: a killed pass may have left versions "
+        "unrecorded, 4 bytes)"]
+    (done,) = eng.checkpoint().adapters
+    assert done.ok and done.files == 1 and not staging_marker(tree.state, "k").exists()

@@ -27,8 +27,9 @@ from syncengine.durable import manifest
 from syncengine.durable.posix.store import Store
 from syncengine.local.index import Index
 from syncengine.walk import tablewalk
+from syncengine.walk.job import ScanResult
 from syncengine.walk.missing import find_missing, missing_among, missing_dirs
-from syncengine.walk.scan import ScanResult, scan
+from syncengine.walk.scan import scan
 from tests.conftest import EngineFactory, Tree
 from tests.helpers import dir_modes, files
 
@@ -178,8 +179,8 @@ def test_a_torn_or_foreign_table_is_ignored(tree: Tree, ahead: Engine, listings:
 
 def _both(eng: Engine) -> tuple[ScanResult, ScanResult, Any]:
     spec = eng.config.adapter("t")
-    state = eng._state(spec)
-    [job] = eng._scan_jobs([state], eng.clock())
+    state = eng.passes.state(spec)
+    [job] = eng.passes.scan_jobs([state], eng.clock())
     full = scan([attrs.evolve(job, table=None)], workers=1)["t"]
     fast = scan([job], workers=2)["t"]  # forks when this process has one thread
     return full, fast, (state, job)

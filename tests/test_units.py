@@ -145,7 +145,8 @@ def test_scan_split_follows_the_index_so_one_deep_subtree_cannot_starve_a_worker
     """The frontier is split where the index says the files are, then bin-packed."""
     from pathlib import Path
 
-    from syncengine.walk.scan import ScanJob, ScanResult, _balance, _pack, walk_listing
+    from syncengine.walk.job import ScanJob, ScanResult
+    from syncengine.walk.listing import _balance, _pack, walk_listing
 
     root = Path(str(tmp_path))
     for i in range(3):  # three small siblings ...
@@ -200,3 +201,26 @@ def test_forked_restore_redoes_the_share_of_a_child_killed_mid_way() -> None:
     out = list(restore._execute_forked(actions, one, 2))  # type: ignore[arg-type]
     assert [a.entry.path for a, _ in out] == [a.entry.path for a in actions]
     assert [r[2] for _, r in out] == list(range(6))  # type: ignore[index]
+
+
+def test_the_listing_walk_and_the_table_walk_do_not_import_each_other() -> None:
+    """One dispatcher (walk/scan.py) chooses the walk; each walk stands alone."""
+    import ast
+    from pathlib import Path
+
+    import syncengine.walk
+
+    folder = Path(syncengine.walk.__file__).parent
+
+    def imported(name: str) -> set[str]:
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        out = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                out.add(node.module)
+                out.update(f"{node.module}.{a.name}" for a in node.names)
+        return out
+
+    assert not {"syncengine.walk.tablewalk", "syncengine.walk.scan"} & imported("listing")
+    assert not {"syncengine.walk.listing", "syncengine.walk.scan"} & imported("tablewalk")
+    assert {"syncengine.walk.listing", "syncengine.walk.tablewalk"} <= imported("scan")

@@ -18,7 +18,7 @@ old published beginning with bytes the new one came with, and a restore
 before the next pass would bring back a file that never existed.  Such a
 copy is discarded before it is closed (`Changed`); the next pass sees the
 rewrite and starts a new chain.  Such an append needs no manifest object: the
-segment's name places it (checkpoint.py decides when a manifest object is
+segment's name places it (`record.manifest_entries` decides when a manifest object is
 written, and then records the chain).  Anything but a pure append starts a
 new chain with a fresh base, as does compaction (a chain longer than
 `MAX_SEGMENTS`, or idle for `IDLE_NS` with more than one object); a new
@@ -127,7 +127,8 @@ def publish(store: Store, live_root: str, relpath: str, index: Index, *, final: 
             try:
                 logged = _publish_plain(store, fd, st, src, relpath, logged)
             except Waiting as exc:  # the chain's part stands; the plain copy waits
-                log.debug("segments.plain-waiting path=%s (%s)", relpath, exc)
+                log.debug("segments.plain-waiting path=%s (%s)", relpath, exc,
+                          extra={"event": "segments.plain-waiting"})
         return logged
     except OSError as exc:
         raise SourceError(relpath, "read", exc.strerror or str(exc)) from exc
@@ -144,20 +145,8 @@ def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, 
     local = _local(old)
     covered = sum(lens)
     h = xxhash.xxh3_64()
-    why = ""
-    if not lens or not chain or rec is None:
-        why = "new chain"
-    elif local.get("ino") not in (None, st.st_ino):
-        why = "replaced"
-    elif st.st_size < covered:
-        why = "shrank"
-    else:
-        os.lseek(fd, 0, os.SEEK_SET)
-        n, digest = stream(fd, covered, None, src_name=src, hasher=h)
-        if n != covered:
-            why = "shrank"
-        elif digest != rec.hash64:
-            why = "rewritten"
+    why = "new chain" if not lens or not chain or rec is None else _chain_break(
+        fd, st, src, local, covered, rec.hash64, h)
     if not why and (len(lens) >= MAX_SEGMENTS or (compact and len(lens) > 1)):
         why = "compact"
     start = 0 if why else covered
@@ -199,6 +188,21 @@ def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, 
     return Logged(True, cut, digest, st.st_mode, st.st_mtime_ns, _sig(st),
                   raced=_sig(after) != _sig(st) or after.st_ino != st.st_ino, extra=extra,
                   written=cut - start, why=why or "append")
+
+
+def _chain_break(fd: int, st: os.stat_result, src: str, local: dict[str, Any], covered: int,
+                 published_hash: int, h: xxhash.xxh3_64) -> str:
+    """Why the live file no longer extends its published prefix ("": it does; `h` then
+    holds the prefix's hash, to be continued over the new bytes)."""
+    if local.get("ino") not in (None, st.st_ino):
+        return "replaced"
+    if st.st_size < covered:
+        return "shrank"
+    os.lseek(fd, 0, os.SEEK_SET)
+    n, digest = stream(fd, covered, None, src_name=src, hasher=h)
+    if n != covered:
+        return "shrank"
+    return "rewritten" if digest != published_hash else ""
 
 
 def _publish_plain(store: Store, fd: int, st: os.stat_result, src: str, relpath: str,

@@ -23,17 +23,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import attrs
 
 from syncengine.checkpoint import sqlite
 from syncengine.copier import Published, Vanished, in_order
 from syncengine.errors import SourceError
+from syncengine.model import AdapterState
 from syncengine.plan import AppendSegments, Compact, PlainCopy, Snapshot, Upload
-
-if TYPE_CHECKING:  # checkpoint imports this module
-    from syncengine.checkpoint.execute import AdapterState
 
 log = logging.getLogger("syncengine")
 PAGE = 512  # the smallest SQLite page: a database file is a whole number of pages
@@ -61,7 +58,7 @@ class Deferred(Exception):
 
 def split(actions: Sequence[Upload | AppendSegments | Compact | PlainCopy | Snapshot]
           ) -> Sorted:
-    """Databases first, in path order; the plan already named them (see plan.py)."""
+    """Databases first, in path order; the plan already named them (`plan.Snapshot`)."""
     dbs = {a.path: Database(a.path, a.listed) for a in actions if isinstance(a, Snapshot)}
     files = tuple(a for a in actions if not isinstance(a, Snapshot))
     return Sorted(tuple(dbs[p] for p in sorted(dbs)), files)
@@ -113,7 +110,7 @@ def found_late(state: AdapterState, path: str, recent: int, final: bool
     """A database found while its file was being copied (see the module docstring)."""
     if not final:
         log.debug("sqlite.deferred adapter=%s path=%s: found while copying; snapshotted next "
-                  "pass, before its files", state.name, path)
+                  "pass, before its files", state.name, path, extra={"event": "sqlite.deferred"})
         return Deferred(path)
     db = Database(path, False)
     return publish(state, db, stage(state, path, False), recent)

@@ -113,7 +113,8 @@ class Runner:
         self._thread = threading.Thread(target=self._loop, name="syncengine-runner", daemon=True)
         self._thread.start()
         log.info("runner.started %s", describe_start(report, self.engine.config, self.interval,
-                                                       self.mode))
+                                                       self.mode),
+                 extra={"event": "runner.started"})
         return report
 
     def stop(self) -> Report | None:
@@ -134,7 +135,7 @@ class Runner:
             if self.watcher is not None:
                 self.watcher.stop()
             self._write_status()
-            log.info("runner.stopped passes=%d", self.passes)
+            log.info("runner.stopped passes=%d", self.passes, extra={"event": "runner.stopped"})
 
     def __enter__(self) -> Runner:
         self.start()
@@ -166,7 +167,8 @@ class Runner:
             try:
                 self._pass("timer", wait=False)
             except Exception as exc:  # never let the loop die; retried next interval
-                log.error("runner.pass-failed kind=timer error=%s", exc)
+                log.error("runner.pass-failed kind=timer error=%s", exc,
+                          extra={"event": "runner.pass-failed"})
 
     def _pass(self, kind: str, *, wait: bool, full: bool = False,
               deadline: float | None = None) -> Report:
@@ -177,7 +179,7 @@ class Runner:
             taken = self.watcher.take() if self.watcher is not None else None
             hints = None if full else taken
             log.info("runner.pass-start kind=%s mode=%s", kind,
-                     "walk" if hints is None else "events")
+                     "walk" if hints is None else "events", extra={"event": "runner.pass-start"})
             lock_timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 # the stop pass is final: logs to their exact end, and every chain recorded
@@ -202,7 +204,7 @@ class Runner:
                 self._failed(kind, taken, describe_failure(report).splitlines()[0])
             log.info("runner.pass-end kind=%s files=%d bytes=%d ok=%s busy=%s duration=%.3f",
                      kind, report.files, report.bytes, report.ok, report.skipped_busy,
-                     report.duration_s)
+                     report.duration_s, extra={"event": "runner.pass-end"})
             self._write_status()
             return report
         finally:
@@ -220,7 +222,7 @@ class Runner:
         level = logging.DEBUG if error == self.last_error and kind != "final" else logging.ERROR
         self.last_error = error
         log.log(level, "runner.pass-incomplete kind=%s error=%s (retried next pass)", kind,
-                error)
+                error, extra={"event": "runner.pass-incomplete"})
 
     # -- observability -------------------------------------------------------
     @property
@@ -245,4 +247,5 @@ class Runner:
             savefile.write_file(self._status_path, json.dumps(self.status()).encode(),
                                 mode=0o600, fsync=False)
         except OSError as exc:
-            log.warning("runner.status-unwritable path=%s error=%s", self._status_path, exc)
+            log.warning("runner.status-unwritable path=%s error=%s", self._status_path, exc,
+                        extra={"event": "runner.status-unwritable"})

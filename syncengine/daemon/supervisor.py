@@ -112,11 +112,12 @@ class Supervisor:
             if pid == child.pid:
                 self.status = os.waitstatus_to_exitcode(wstatus)
                 child.returncode = self.status  # Popen must not wait for it again
-                log.info("run.child-exited pid=%d status=%d", pid, self.status)
+                log.info("run.child-exited pid=%d status=%d", pid, self.status,
+                         extra={"event": "run.child-exited"})
                 if not self.reap_orphans:
                     return
             else:
-                log.debug("run.reaped-orphan pid=%d", pid)
+                log.debug("run.reaped-orphan pid=%d", pid, extra={"event": "run.reaped-orphan"})
 
     def _wait_child(self, deadline: float | None, *, until_signal: bool = False) -> None:
         while True:
@@ -132,7 +133,7 @@ class Supervisor:
     def _log_signals(self) -> None:
         for sig in self.signals[self._reported:]:
             log.info("run.signal sig=%s forwarded to pid=%s", signal.Signals(sig).name,
-                     self.child.pid if self.child else "-")
+                     self.child.pid if self.child else "-", extra={"event": "run.signal"})
         self._reported = len(self.signals)
 
     # -- the run ---------------------------------------------------------------
@@ -162,7 +163,8 @@ class Supervisor:
                   file=sys.stderr)
             self._final()
             return 127 if isinstance(exc, FileNotFoundError) else 126
-        log.info("run.started pid=%d command=%s", self.child.pid, " ".join(self.command))
+        log.info("run.started pid=%d command=%s", self.child.pid, " ".join(self.command),
+                 extra={"event": "run.started"})
         self._wait_child(None, until_signal=True)
         if self.status is None:
             t_signal = time.monotonic()
@@ -170,10 +172,12 @@ class Supervisor:
             self._final()
             if self.status is None:
                 log.warning("run.child-still-running pid=%d: waiting up to %.1fs, then SIGKILL",
-                            self.child.pid, self.stop_timeout)
+                            self.child.pid, self.stop_timeout,
+                            extra={"event": "run.child-still-running"})
                 self._wait_child(t_signal + self.stop_timeout)
                 if self.status is None:
-                    log.warning("run.kill pid=%d after stop timeout", self.child.pid)
+                    log.warning("run.kill pid=%d after stop timeout", self.child.pid,
+                                extra={"event": "run.kill"})
                     self.child.kill()
                     self._wait_child(None)
                 self._checkpoint("after-exit")
@@ -184,7 +188,7 @@ class Supervisor:
         if code == 0 and self.final_ok is False:
             log.error("run.exit status=%d: COMMAND exited 0 but the final checkpoint was "
                       "incomplete (see the errors above; `syncengine status` shows them)",
-                      FINAL_INCOMPLETE)
+                      FINAL_INCOMPLETE, extra={"event": "run.exit"})
             return FINAL_INCOMPLETE
         return code
 
@@ -192,23 +196,26 @@ class Supervisor:
         try:
             report = self.runner.stop()
         except Exception as exc:
-            log.error("run.final-checkpoint-failed error=%s", exc)
+            log.error("run.final-checkpoint-failed error=%s", exc,
+                      extra={"event": "run.final-checkpoint-failed"})
             self.final_ok = False
             return
         self.final_ok = report is None or report.ok
         if report is not None and not report.ok:
             log.error("run.final-checkpoint-incomplete files=%d errors=%d", report.files,
-                      len(report.errors))
+                      len(report.errors), extra={"event": "run.final-checkpoint-incomplete"})
 
     def _checkpoint(self, kind: str) -> None:
         try:
             report = self.runner.checkpoint_now()
         except Exception as exc:
-            log.error("run.checkpoint-failed kind=%s error=%s", kind, exc)
+            log.error("run.checkpoint-failed kind=%s error=%s", kind, exc,
+                      extra={"event": "run.checkpoint-failed"})
             self.final_ok = False
             return
         self.final_ok = report.ok
-        log.info("run.checkpoint kind=%s files=%d ok=%s", kind, report.files, report.ok)
+        log.info("run.checkpoint kind=%s files=%d ok=%s", kind, report.files, report.ok,
+                 extra={"event": "run.checkpoint"})
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:

@@ -158,13 +158,14 @@ class Watcher:
             if len(pending) > HINT_LIMIT:
                 self._pending[name] = None
                 log.info("watch.burst adapter=%s paths>%d: next pass walks the tree", name,
-                         HINT_LIMIT)
+                         HINT_LIMIT, extra={"event": "watch.burst"})
 
     def _overflow(self) -> None:
         with self._lock:
             self.overflows += 1
             self._pending = dict.fromkeys(self.roots)
-        log.warning("watch.overflow inotify queue overflowed: next pass walks every tree")
+        log.warning("watch.overflow inotify queue overflowed: next pass walks every tree",
+                    extra={"event": "watch.overflow"})
 
     def _failed(self, reason: str) -> None:
         with self._lock:
@@ -192,7 +193,7 @@ class Watcher:
         self.last_error = reason
         log.warning("watch.unavailable %s; falling back to walking the trees every pass "
                     "(raise fs.inotify.max_user_watches / max_user_instances to use events)",
-                    reason)
+                    reason, extra={"event": "watch.unavailable"})
         self._halt()
         self._next_retry = self.clock() + self.rescan_interval
 
@@ -264,6 +265,6 @@ class Watcher:
                 if observer.is_alive():
                     observer.join()
             except Exception as exc:  # stopping must not fail the shutdown
-                log.warning("watch.stop-failed %s", exc)
+                log.warning("watch.stop-failed %s", exc, extra={"event": "watch.stop-failed"})
         with self._lock:
             self._pending = dict.fromkeys(self.roots)

@@ -26,10 +26,11 @@ while a record of another kind holds its path (see `record_dir`).
 from __future__ import annotations
 
 import marshal
+import operator
 import os
 import struct
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from syncengine.durable.posix import savefile
@@ -44,6 +45,22 @@ _KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 ABSENT_SINCE = "absent_since"  # meta key: path -> time of the first pass it was missing
 DIR_ABSENT = 1 << 12  # Index.dirs: mode | passes missing * DIR_ABSENT (a present one is < this)
 _ABSENT_MAX = 255
+
+# The packed record is read only through these (walks, missing, the engine): its layout
+# stays here.  Both are C callables, as fast in a walk's per-file loop as inline slicing.
+signature: Callable[[int, int, int], bytes] = SIG.pack
+"""(size, mtime_ns, ctime_ns) -> the prefix of a record with that stat: a path is
+unchanged when its raw record ``startswith`` it."""
+absent_passes: Callable[[bytes], int] = operator.itemgetter(-1)
+"""A raw record -> the passes its path has been missing (0: present)."""
+_CTIME = slice(16, 24)
+_DIRTY_CTIME = SIG.pack(0, 0, DIRTY)[_CTIME]
+
+
+def settled(raw: bytes | None, size: int, mtime_ns: int, ctime_ns: int) -> bool:
+    """Whether a raw record (None: not recorded) holds this stat and is not dirty."""
+    return (raw is not None and raw[_CTIME] != _DIRTY_CTIME
+            and raw.startswith(SIG.pack(size, mtime_ns, ctime_ns)))
 
 
 class Record(NamedTuple):

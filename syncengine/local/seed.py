@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 from syncengine.checkpoint import segments, sqlite
-from syncengine.checkpoint.execute import AdapterState
 from syncengine.durable import manifest
 from syncengine.durable.manifest import load as load_manifest
 from syncengine.durable.posix import savefile
@@ -43,6 +42,7 @@ from syncengine.errors import local_error
 from syncengine.local import behind
 from syncengine.local.index import DIRTY, Index
 from syncengine.local.status import read_json
+from syncengine.model import AdapterState
 
 log = logging.getLogger("syncengine")
 
@@ -106,7 +106,8 @@ def check(state: AdapterState, instance: str) -> list[str]:
     found = behind.audit(state.store, index, instance)
     log.info("durable.checked adapter=%s seq=%d unconfirmed=%d missing=%d seconds=%.3f",
              state.name, seq, len(behind.pending(index.meta)),
-             len(problems) + len(found.missing), time.monotonic() - t0)
+             len(problems) + len(found.missing), time.monotonic() - t0,
+             extra={"event": "durable.checked"})
     if problems:
         still = {p: r for p, r in behind.pending(index.meta).items()
                  if p not in found.missing and p not in found.settled}
@@ -128,7 +129,8 @@ def check(state: AdapterState, instance: str) -> list[str]:
                     "uploads?): %s. %s, and publishing again what differs", state.name,
                     state.store.describe(), shown,
                     "Rebuilding the index from the durable manifest" if problems else
-                    f"Forgetting {len(found.missing)} path(s) in the index")
+                    f"Forgetting {len(found.missing)} path(s) in the index",
+                    extra={"event": "durable.behind"})
     if state.index.changed:
         state.index.save(state.index_path)
     return said

@@ -30,7 +30,7 @@ from syncengine.durable.posix.savefile import TEMP_SUFFIX
 from syncengine.engine import RESERVED, Engine, exclusion_patterns
 from syncengine.errors import ConfigError
 from syncengine.patterns import COMPANIONS, Matcher, compile_patterns, database_patterns
-from syncengine.walk.scan import ScanJob, entered, reported
+from syncengine.walk.job import ScanJob, entered, reported
 
 # What a checkpoint does with a path (the first column of the output).
 PUBLISH = "publish"  # copied whole as one closed object when it changes

@@ -52,7 +52,7 @@ from syncengine.local.lock import StateLock
 from syncengine.local.status import restore_refusal
 
 if TYPE_CHECKING:
-    from syncengine.checkpoint.execute import AdapterState
+    from syncengine.model import AdapterState
 
 log = logging.getLogger("syncengine")
 NS = 10**9

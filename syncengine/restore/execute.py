@@ -34,7 +34,6 @@ from typing import Any
 
 from syncengine.checkpoint import execute as checkpoint
 from syncengine.checkpoint import segments
-from syncengine.checkpoint.execute import AdapterState
 from syncengine.copier import Vanished, in_order
 from syncengine.durable import manifest, recorded
 from syncengine.durable.manifest import Entry
@@ -42,6 +41,7 @@ from syncengine.durable.posix.safepath import DirCache, UnsafePath, check_relpat
 from syncengine.durable.store import Store
 from syncengine.errors import DurableError, SourceError
 from syncengine.local.index import DIRTY, Index
+from syncengine.model import AdapterState
 from syncengine.plan import (
     Fetch,
     KeepLocal,

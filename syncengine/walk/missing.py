@@ -16,15 +16,13 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from syncengine.checkpoint import sqlite
 from syncengine.local.dirtable import GONE
-from syncengine.local.index import DIR_ABSENT, Index
-from syncengine.walk.scan import ScanResult
-
-if TYPE_CHECKING:
-    from syncengine.checkpoint.execute import AdapterState
+from syncengine.local.index import DIR_ABSENT, Index, absent_passes
+from syncengine.model import AdapterState
+from syncengine.walk.job import ScanResult
 
 _ABSENT_CAP = 255
 
@@ -56,7 +54,7 @@ def find_missing(state: AdapterState, scan: ScanResult) -> list[str]:
     real_dir = _real_dirs(state.live)
     out: list[str] = []
     for path, raw in index.records.items():
-        absent = raw[-1]
+        absent = absent_passes(raw)
         if path in skip:
             continue
         if absent:
@@ -102,11 +100,11 @@ def missing_among(state: AdapterState, gone: Sequence[str]) -> list[str]:
     the index, only in that case).
     """
     records = state.index.records
-    out = [p for p in gone if p in records and records[p][-1] < _ABSENT_CAP]
+    out = [p for p in gone if p in records and absent_passes(records[p]) < _ABSENT_CAP]
     prefixes = tuple(p + "/" for p in gone if p not in records)
     if prefixes:
         out.extend(p for p, raw in records.items()
-                   if p.startswith(prefixes) and raw[-1] < _ABSENT_CAP)
+                   if p.startswith(prefixes) and absent_passes(raw) < _ABSENT_CAP)
     return out
 
 

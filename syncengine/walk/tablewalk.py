@@ -19,7 +19,7 @@ What the listing would have found is found another way:
   paths under it are reported gone, never looked up through the link;
 - a new directory, or one whose mode changed: a chmod moves its ctime, so its
   signature moved and it is listed again, which compares it with its record
-  (`scan.walk_listing`); a recorded directory now missing: its signature is
+  (`listing.walk_listing`); a recorded directory now missing: its signature is
   GONE, and it is reported in ``dirs_gone``.  Directories whose signature did
   not move cost nothing more than before.
 
@@ -39,18 +39,21 @@ import attrs
 
 from syncengine.local import dirtable
 from syncengine.local.dirtable import GONE, UNKNOWN, DirTable, DirWalk
-from syncengine.local.index import DIR_ABSENT, SIG, Index
+from syncengine.local.index import DIR_ABSENT, Index, absent_passes, signature
 from syncengine.walk import forked
-from syncengine.walk import scan as scan_mod
-from syncengine.walk.scan import ScanJob, ScanResult, Seen, entered, reported, walk_listing
+from syncengine.walk.job import Lister, ScanJob, ScanResult, Seen, entered, reported
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _Prep = tuple[ScanJob, list[str], list[str], list[bytes]]
 
 
-def scan(jobs: Sequence[ScanJob], results: dict[str, ScanResult], workers: int) -> None:
-    """Walk each job (all have a table) into its entry of `results`."""
+def scan(jobs: Sequence[ScanJob], results: dict[str, ScanResult], workers: int, *,
+         relist: Lister) -> list[ScanJob]:
+    """Walk each job (all have a table) into its entry of `results`, listing changed
+    directories with `relist`; return the jobs whose table does not fit their index
+    (without it: the caller lists them whole)."""
     preps: list[_Prep] = []
+    unfit: list[ScanJob] = []
     for job in jobs:
         assert job.table is not None
         res = results[job.name]
@@ -60,21 +63,21 @@ def scan(jobs: Sequence[ScanJob], results: dict[str, ScanResult], workers: int) 
         keys = list(job.records)
         order = dirtable.derive(keys)
         if len(order) != len(job.table.sigs):  # not the table of these keys: list everything
-            results.update(scan_mod.scan([attrs.evolve(job, table=None)], workers=workers))
+            unfit.append(attrs.evolve(job, table=None))
             continue
         res.walk = DirWalk(order=order)
         res.gone = []
         res.dirs_gone = []
         preps.append((job, order, keys, list(job.records.values())))
     if not preps:
-        return
+        return unfit
     shares = [[(p, w) for p in range(len(preps))] for w in range(workers)]
 
     def work(share: list[tuple[int, int]]) -> dict[str, ScanResult]:
         part = {}
         for p, w in share:
             out = ScanResult(walk=DirWalk(), gone=[], dirs_gone=[])
-            _walk_share(preps[p], w, workers, out)
+            _walk_share(preps[p], w, workers, out, relist)
             part[preps[p][0].name] = out
         return part
 
@@ -84,13 +87,14 @@ def scan(jobs: Sequence[ScanJob], results: dict[str, ScanResult], workers: int) 
             results[name].merge(res)
     for job, _, _, _ in preps:
         _finish(job, results[job.name])
+    return unfit
 
 
 def _slice(n: int, w: int, workers: int) -> range:
     return range(n * w // workers, n * (w + 1) // workers)
 
 
-def _walk_share(prep: _Prep, w: int, workers: int, out: ScanResult) -> None:
+def _walk_share(prep: _Prep, w: int, workers: int, out: ScanResult, lister: Lister) -> None:
     job, order, keys, vals = prep
     assert job.table is not None and out.walk is not None
     try:
@@ -108,7 +112,7 @@ def _walk_share(prep: _Prep, w: int, workers: int, out: ScanResult) -> None:
             known = set(order)
             known.update(job.table.extras)
             for d in relist:
-                walk_listing(job, d, out, skip_known=known)
+                lister(job, d, out, skip_known=known)
         _check_keys(job, keys, vals, _slice(len(keys), w, workers), rfd, out)
     finally:
         os.close(rfd)
@@ -181,7 +185,8 @@ def _check_keys(job: ScanJob, keys: list[str], vals: list[bytes], span: range, r
     """
     assert job.table is not None and out.gone is not None
     unwalked = job.table.unwalked
-    pack, lstat, changed, gone = SIG.pack, os.stat, out.changed, out.gone
+    pack, lstat, changed, gone = signature, os.stat, out.changed, out.gone
+    absent = absent_passes
     is_reg, is_lnk = stat.S_ISREG, stat.S_ISLNK
     seen = 0
     for j in span:
@@ -189,7 +194,7 @@ def _check_keys(job: ScanJob, keys: list[str], vals: list[bytes], span: range, r
         if unwalked and k in unwalked:
             continue
         raw = vals[j]
-        if raw[-1]:
+        if absent(raw):
             gone.append(k)
             continue
         try:
@@ -305,7 +310,7 @@ def keep_table(index_path: Path, job: ScanJob, index: Index, result: ScanResult,
         assert scanned is not None, "a full listing's coverage is noted before the pass"
         n = scanned["nkeys"]
         unwalked = scanned["listed"] if scanned["complete"] else [
-            k for k, raw in list(index.records.items())[:n] if raw[-1] == 0 and hidden(k)]
+            k for k, raw in list(index.records.items())[:n] if not absent_passes(raw) and hidden(k)]
         new = dirtable.rebase(None, walk, list(index.records), hidden, result.specials,
                               index.file_sig, fp, unwalked, n)
     dirtable.save(table_path(index_path), new)
@@ -320,7 +325,7 @@ def _relist_unrecorded(index: Index, result: ScanResult, walk: DirWalk) -> None:
     records = index.records
     for seen in result.changed:
         raw = records.get(seen.path)
-        if raw is None or raw[-1]:
+        if raw is None or absent_passes(raw):
             walk.listed[seen.path.rpartition("/")[0]] = UNKNOWN
     for path, _ in result.errors:
         walk.listed[path.rpartition("/")[0]] = UNKNOWN

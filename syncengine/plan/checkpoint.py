@@ -1,15 +1,12 @@
-"""Deciding: what a checkpoint or a restore will do, as frozen values.
+"""Deciding what a checkpoint will do, as frozen values.
 
-Owns the rules, not the I/O.  A checkpoint plan turns a scan and the index
-into one action per path that names what will really be done (a whole-file
-upload, a segment append or a new chain, a compaction, a SQLite snapshot, a
-database companion skipped), so the dry run tells the truth and the executor
-carries the plan out instead of deciding again; what the planner must know
-of a file's content (a SQLite header) it asks a `Sniffer`.  A restore plan
-turns the manifest (or a walk of an old durable tree) and the local tree's
-state into one action per path.  Each action prints as one readable line, so
-a dry run is "plan, then print", and tests assert on the plan as text.  The
-executors in `checkpoint` and `restore` carry the actions out.
+Owns the checkpoint rules, not the I/O.  A checkpoint plan turns a scan and
+the index into one action per path that names what will really be done (a
+whole-file upload, hashed first or not, a segment append or a new chain, a
+compaction, a SQLite snapshot, a database companion skipped), so the dry run
+tells the truth and the executor (`syncengine.checkpoint.execute`) carries
+the plan out instead of deciding again; what the planner must know of a
+file's content (a SQLite header) it asks a `Sniffer`.
 """
 
 from __future__ import annotations
@@ -20,10 +17,9 @@ from typing import Protocol
 import attrs
 
 from syncengine.checkpoint.segments import MAX_SEGMENTS
-from syncengine.durable.manifest import Entry
 from syncengine.local.index import Index
 from syncengine.patterns import Matcher
-from syncengine.walk.scan import ScanResult, Seen
+from syncengine.walk.job import ScanResult, Seen
 
 
 class Sniffer(Protocol):
@@ -38,11 +34,17 @@ class Sniffer(Protocol):
 
 @attrs.frozen
 class Upload:
-    """Publish a new or changed file as a whole (hash first when the size did not change)."""
+    """Publish a new or changed file as a whole.
+
+    With `hash_first` the executor compares the file's hash with the recorded
+    one and writes nothing when they match; without it (a killed pass may
+    have left unrecorded versions at the durable paths) it copies the file.
+    """
 
     path: str
     size: int
     reason: str
+    hash_first: bool = True
 
     def __str__(self) -> str:
         return f"upload {self.path} ({self.reason}, {self.size} bytes)"
@@ -184,8 +186,8 @@ PUBLISHING = (Upload, AppendSegments, Compact, PlainCopy, Snapshot)  # actions t
 def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
                     compact: frozenset[str] = frozenset(), *, logs: Matcher | None = None,
                     sniff: Sniffer | None = None, plain: frozenset[str] = frozenset(),
-                    plain_why: str = "quiet", missing_dirs: Iterable[str] = ()
-                    ) -> tuple[CheckpointAction, ...]:
+                    plain_why: str = "quiet", missing_dirs: Iterable[str] = (),
+                    trust_hashes: bool = True) -> tuple[CheckpointAction, ...]:
     """One action per changed, new, vanished or special path, naming what will be done.
 
     `logs` matches append-only logs (segments); `compact` names idle logs whose
@@ -194,13 +196,14 @@ def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
     `plain_why` says why) unless they changed in this pass; `sniff` tells
     SQLite databases and their companions from plain files (none: all plain).
     Directories the scan reports are recorded (`RecordDir`), those in
-    `missing_dirs` counted absent.
+    `missing_dirs` counted absent.  Without `trust_hashes` (the staging marker
+    of a killed pass is there) no upload is skipped by its recorded hash.
     """
     actions: list[CheckpointAction] = []
     changed = set()
     databases: set[str] = set()  # of changed companions
     for seen in sorted(scan.changed):
-        action = _plan_seen(seen, index, logs, sniff, seen.path in compact)
+        action = _plan_seen(seen, index, logs, sniff, seen.path in compact, trust_hashes)
         if isinstance(action, SkipCompanion):
             databases.add(action.database)
         actions.append(action)  # a changed log is not quiet: `plain` is for unchanged ones
@@ -237,7 +240,7 @@ _HEADER_MIN = 512  # the smallest SQLite database (one page)
 
 
 def _plan_seen(seen: Seen, index: Index, logs: Matcher | None, sniff: Sniffer | None,
-               compact: bool) -> CheckpointAction:
+               compact: bool, trust_hashes: bool) -> CheckpointAction:
     if seen.is_link:
         return RecordLink(seen.path)
     if sniff is not None:
@@ -249,17 +252,19 @@ def _plan_seen(seen: Seen, index: Index, logs: Matcher | None, sniff: Sniffer | 
                             listed=False)
     if logs is not None and logs.excluded(seen.path, False):
         return _plan_log(seen, index, compact)
-    return Upload(seen.path, seen.size, _reason(seen, index))
+    return Upload(seen.path, seen.size, _reason(seen, index, trust_hashes),
+                  hash_first=trust_hashes)
 
 
-def _reason(seen: Seen, index: Index) -> str:
+def _reason(seen: Seen, index: Index, trust_hashes: bool = True) -> str:
     rec = index.get(seen.path)
     if rec is None:
         return "new"
     if rec.absent:
         return "reappeared"
     if rec.size == seen.size:
-        return "same size: hash first"
+        return "same size: hash first" if trust_hashes else (
+            "same size, copied whole: a killed pass may have left versions unrecorded")
     return f"size {rec.size} -> {seen.size}"
 
 
@@ -281,177 +286,3 @@ def _plan_log(seen: Seen, index: Index, compact: bool) -> AppendSegments | Compa
     if compact and len(lens) > 1:
         return Compact(seen.path, seen.size, "idle log")
     return AppendSegments(seen.path, seen.size, covered, "metadata changed")
-
-
-# -- restore ------------------------------------------------------------
-
-
-@attrs.frozen
-class LocalState:
-    """What is at a path in the live tree right now (lstat), or None."""
-
-    kind: str  # "file", "symlink", "dir", "other"
-    size: int
-    mtime_ns: int
-    mode: int = 0  # permission bits
-
-
-@attrs.frozen
-class Fetch:
-    """Copy a durable file into the live tree.
-
-    `walked`: found by listing an old-layout tree (no manifest).  Such a file
-    that vanishes before it is copied is skipped, as rsync's exit 24 (a
-    harness pruned scratch); nothing vouches for its content, so nothing is
-    compared.  A manifest entry is checked against its record (recorded.py).
-    """
-
-    entry: Entry
-    reason: str
-    walked: bool = False
-
-    def __str__(self) -> str:
-        return f"restore {self.entry.path} ({self.reason}, {self.entry.size} bytes)"
-
-
-@attrs.frozen
-class MakeLink:
-    """Recreate a recorded symlink (the link itself; nothing is followed)."""
-
-    entry: Entry
-    reason: str
-
-    def __str__(self) -> str:
-        return f"link {self.entry.path} -> {self.entry.target} ({self.reason})"
-
-
-@attrs.frozen
-class KeepLocal:
-    """The local copy is newer (hot restart) or is not a regular file: leave it."""
-
-    entry: Entry
-    reason: str
-
-    def __str__(self) -> str:
-        return f"keep {self.entry.path} ({self.reason})"
-
-
-@attrs.frozen
-class MakeDir:
-    """Create a recorded directory missing locally, with its recorded mode.
-
-    The mode is set when the directory is made, unless it would keep restore
-    from placing what belongs inside (the owner lacks read, write or search):
-    then it is set after every file of the restore is in place.
-    """
-
-    entry: Entry
-    reason: str
-
-    @property
-    def deferred(self) -> bool:
-        return self.entry.mode & 0o700 != 0o700
-
-    def __str__(self) -> str:
-        when = ", set after its contents" if self.deferred else ""
-        return f"mkdir {self.entry.path}/ ({self.reason}, mode {self.entry.mode:04o}{when})"
-
-
-@attrs.frozen
-class Reject:
-    """An entry that cannot be restored safely or is of an unknown kind."""
-
-    entry: Entry
-    reason: str
-
-    def __str__(self) -> str:
-        return f"refuse {self.entry.path} ({self.reason})"
-
-
-@attrs.frozen
-class RestoreDB:
-    """A SQLite database: keep a valid local one, else restore the verified snapshot."""
-
-    entry: Entry
-    legacy_wal: str | None = None  # old raw layout: the durable -wal to replay, if any
-
-    def __str__(self) -> str:
-        src = "raw db+wal (old layout)" if self.entry.extra.get("legacy") else "snapshot"
-        return (f"sqlite {self.entry.path} (keep if the local database is valid, "
-                f"else restore the {src})")
-
-
-RestoreAction = Fetch | MakeLink | KeepLocal | Reject | RestoreDB | MakeDir
-
-
-def plan_restore_entry(entry: Entry, local: LocalState | None, *, unsafe: str | None,
-                       known_kinds: frozenset[str] = frozenset({"file", "symlink"}),
-                       walked: bool = False) -> RestoreAction:
-    """Decide one durable entry against the live tree.
-
-    The rule of invariant 5: a local file that is newer than (or as new as) the
-    durable copy is never overwritten; missing or older local files are filled.
-    A log's manifest entry may be behind its chain (appends are recorded by
-    their segments' names): a local copy that looks as new is compared again
-    with the chain when the restore lists it (`keep_reason` there).
-    """
-    if entry.problem is not None:
-        return Reject(entry, entry.problem)
-    if unsafe:
-        return Reject(entry, unsafe)
-    if entry.kind not in known_kinds:
-        return Reject(entry, f"unknown entry kind {entry.kind!r}: written by a newer syncengine?")
-    if entry.kind == "dir":
-        return _plan_dir_restore(entry, local)
-    if local is None:
-        return (MakeLink(entry, "missing") if entry.kind == "symlink"
-                else Fetch(entry, "missing", walked))
-    reason = keep_reason(entry, local)
-    if reason is not None and entry.kind == "segments" and local.kind in ("file", "symlink"):
-        return Fetch(entry, f"{reason} by the manifest; its chain decides")
-    if reason is not None:
-        return KeepLocal(entry, reason)
-    if entry.kind == "symlink":
-        return MakeLink(entry, "local copy is older")
-    return Fetch(entry, "local copy is older", walked)
-
-
-def _plan_dir_restore(entry: Entry, local: LocalState | None) -> MakeDir | KeepLocal:
-    """A directory is made when missing.  One that exists keeps its mode: nothing tells
-    which mode is newer (no time is recorded for directories), and on a hot restart the
-    local tree is the newer state (invariant 5); the next checkpoint records it."""
-    if local is None:
-        return MakeDir(entry, "missing")
-    if local.kind != "dir":
-        return KeepLocal(entry, "local path is a file, symlink or special file, not a "
-                                "directory")
-    if local.mode == entry.mode:
-        return KeepLocal(entry, "same")
-    return KeepLocal(entry, f"exists locally with mode {local.mode:04o}; its mode is kept")
-
-
-SPECIAL_BITS = 0o7000  # setuid, setgid, sticky
-
-
-def without_special_bits(entry: Entry) -> Entry:
-    """The entry with the mode restore applies: never setuid, setgid or sticky.
-
-    The manifest is data from the bucket: anyone who can write it could
-    otherwise plant a setuid file owned by the restoring user (root).
-    """
-    if not entry.mode & SPECIAL_BITS:
-        return entry
-    return attrs.evolve(entry, mode=entry.mode & ~SPECIAL_BITS)
-
-
-def keep_reason(entry: Entry, local: LocalState) -> str | None:
-    """Why the local copy must stay instead of `entry` (invariant 5), or None."""
-    if local.kind in ("dir", "other"):
-        return "local path is a directory or special file"
-    if local.mtime_ns > entry.mtime_ns:
-        return "local copy is newer"
-    if local.mtime_ns == entry.mtime_ns and (entry.kind == "symlink" or local.size == entry.size):
-        return "same"
-    if local.mtime_ns == entry.mtime_ns:
-        return "same time, different size: local wins"
-    return None

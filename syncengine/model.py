@@ -1,0 +1,37 @@
+"""Values shared by the pipeline's stages: an adapter as a run sees it.
+
+Owns `AdapterState`, which checkpoint, restore, gc, seeding and the missing-path
+search all work on, so that none of them imports another's executor for it.
+Holds no behaviour: what is done with an adapter lives with the stage doing it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+
+from syncengine.durable.store import Store
+from syncengine.local.index import Index
+from syncengine.notices import Notices
+from syncengine.patterns import Matcher
+
+if TYPE_CHECKING:  # a type only: the model does not depend on the checkpoint stage
+    from syncengine.checkpoint.sqlite import Options
+
+
+@attrs.define
+class AdapterState:
+    """One adapter at run time: its live root, store and loaded index."""
+
+    name: str
+    live: Path
+    store: Store
+    index: Index
+    index_path: Path
+    staging_marker: Path
+    segments: Matcher | None = None  # append-only logs (segments.py), if any
+    sqlite: Options | None = None
+    sqlite_patterns: tuple[str, ...] = ()
+    notices: Notices = attrs.field(factory=Notices)  # warnings said once per run

@@ -1,0 +1,337 @@
+"""A checkpoint or restore pass across an engine's adapters: walk, plan, execute.
+
+Owns the sequence of one pass once the state lock is held: load each
+adapter's index (and rebuild it from the manifest when it is new), check it
+against the durable side at a start, walk every live tree at once, plan and
+execute per adapter, and keep the directory table in step.  It is the heavy
+half of `Engine`: `engine.py` imports this module on first use (`Engine.passes`),
+so `syncengine status` and `journal record` load none of the walk, the planner
+or the executors.  The engine keeps the lock, the status files and the durable
+root's health check and probe; this module asks it for those and nothing else.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from syncengine.checkpoint import execute as checkpoint
+from syncengine.checkpoint import record, segments, sqlite
+from syncengine.config import AdapterSpec
+from syncengine.durable.posix import probe
+from syncengine.errors import DurableError, NameTaken, local_error
+from syncengine.local import seed as seeding
+from syncengine.local import status
+from syncengine.local.index import Index, file_signature, settled
+from syncengine.model import AdapterState
+from syncengine.plan import PUBLISHING, CheckpointAction, PlainCopy, RecordDir, RecordLink
+from syncengine.plan import plan_checkpoint as plan_actions
+from syncengine.report import AdapterReport, PathError
+from syncengine.restore import execute as restore
+from syncengine.walk import missing as missing_mod
+from syncengine.walk import tablewalk
+from syncengine.walk.job import ScanJob, ScanResult, Seen
+from syncengine.walk.scan import scan, scan_paths
+
+if TYPE_CHECKING:  # the engine imports this module
+    from syncengine.engine import Engine
+
+log = logging.getLogger("syncengine")
+
+Hints = Mapping[str, "set[str] | frozenset[str] | None"]
+
+
+class Passes:
+    """The pass machinery of one `Engine`, with what it remembers between passes: the
+    loaded indexes, which are not yet seeded from the manifest, which paths to look at
+    again, and which mount instance each adapter was last checked against."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.config = engine.config
+        self._indexes: dict[str, Index] = {}
+        self._recheck: dict[str, set[str]] = {}
+        self._unseeded: set[str] = set()  # fresh indexes not yet rebuilt from the manifest
+        self._restored_fresh: set[str] = set()  # indexes this engine's restore built whole
+        self._checked: dict[str, str] = {}  # adapter -> mount instance checked (seed.due)
+
+    # -- adapter state ---------------------------------------------------
+    def state(self, spec: AdapterSpec) -> AdapterState:
+        """One adapter's live root, store and index (reloaded when another process saved it)."""
+        index_path = status.index_path(self.config.state_dir, spec.name)
+        index = self._indexes.get(spec.name)
+        if index is not None and index.file_sig != file_signature(index_path):
+            # Another process (a checkpoint typed by a person) saved it since: never
+            # continue from a stale manifest sequence.
+            index = None
+        if index is None:
+            index = Index.load(index_path)
+            if index is None:
+                index = Index()
+                self._unseeded.add(spec.name)
+            self._indexes[spec.name] = index
+        state_dir = self.config.state_dir
+        options = sqlite.Options(staging=state_dir / "sqlite-staging",
+                                 quarantine=state_dir / "sqlite-quarantine",
+                                 busy_timeout=self.config.sqlite_busy_timeout)
+        return AdapterState(
+            name=spec.name, live=spec.live, store=self.engine.stores(spec.durable), index=index,
+            index_path=index_path,
+            staging_marker=checkpoint.staging_marker(state_dir, spec.name),
+            segments=self.engine.log_matcher(spec.name), sqlite=options,
+            sqlite_patterns=spec.sqlite, notices=self.engine.notices,
+        )
+
+    def adapter_state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:
+        """`state`, its index rebuilt from the manifest first if it is new (`seed`)."""
+        state = self.state(spec)
+        if seed and spec.name in self._unseeded:
+            self._unseeded.discard(spec.name)
+            seeding.from_manifest(state)
+        return state
+
+    def _states(self, specs: Sequence[AdapterSpec], reports: list[AdapterReport]
+                ) -> list[AdapterState]:
+        states = []
+        for spec in specs:
+            try:
+                states.append(self.state(spec))
+            except DurableError as exc:
+                reports.append(AdapterReport(spec.name, fatal=str(exc)))
+        return states
+
+    # -- checkpoint ------------------------------------------------------
+    def scan_jobs(self, states: Sequence[AdapterState], started: int) -> list[ScanJob]:
+        """One walk job per adapter, with its directory table when it has a valid one."""
+        recent = started - record.GRANULARITY_NS  # directories changed since: list again
+        jobs = [ScanJob(s.name, os.fspath(s.live), self.engine.matcher(s.name), s.index.records,
+                        self.engine.skip_dirs(self.config.adapter(s.name)), s.index.dir_view(),
+                        recent_ns=recent)
+                for s in states]
+        return [attrs.evolve(j, table=tablewalk.load_table(s.index_path, j, s.index))
+                for j, s in zip(jobs, states, strict=True)]
+
+    def _walk(self, jobs: Sequence[ScanJob], hints: Hints) -> dict[str, ScanResult]:
+        """Walk the trees without hints all at once; look only at the hinted paths (and
+        those to look at again) in the others."""
+        full = [j for j in jobs if hints.get(j.name) is None]
+        results = scan(full, workers=self.engine.scan_workers) if full else {}
+        for job in jobs:
+            paths = hints.get(job.name)
+            if paths is not None:
+                results[job.name] = scan_paths(job, set(paths) | self._recheck.get(job.name,
+                                                                                   set()))
+        return results
+
+    def checkpoint(self, specs: Sequence[AdapterSpec], started: int, dry_run: bool,
+                   final: bool, hints: Hints, *, rebuilt: bool = False) -> list[AdapterReport]:
+        """One checkpoint pass over `specs` (the caller holds the state lock)."""
+        reports: list[AdapterReport] = []
+        states = self._states(specs, reports)
+        if not dry_run:
+            states = self.start_checks(states, reports)
+        jobs = self.scan_jobs(states, started)
+        results = self._walk(jobs, hints)
+        for state, job in zip(states, jobs, strict=True):
+            t0 = time.monotonic()
+            result = results[state.name]
+            for path, reason in result.errors:
+                self.engine.notices.warn("scan.error", state.name, path, reason,
+                                         "scan.error adapter=%s path=%s error=%s", state.name,
+                                         path, reason)
+            if not result.exists:
+                reports.append(AdapterReport(state.name))
+                continue
+            # a full listing rebuilds the directory table: what it saw, before the pass
+            scanned = (missing_mod.walk_coverage(state, result)
+                       if job.table is None and result.walk is not None else None)
+            actions = self._plan(state, result, started)
+            if dry_run:
+                reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
+                continue
+            fatal = self._ready(state, actions, final)
+            if fatal is not None:
+                reports.append(AdapterReport(state.name, fatal=fatal))
+                continue
+            try:
+                rep = checkpoint.run(state, actions, started_ns=started,
+                                     jobs=self.engine.copy_jobs(), final=final,
+                                     progress=self.engine.progress)
+            except NameTaken as exc:
+                if rebuilt:
+                    reports.append(AdapterReport(state.name, fatal=str(exc)))
+                    continue
+                # The durable manifest is ahead of this index (a pass killed between its
+                # manifest object and its index, an older copy of the state dir, another
+                # writer): checkpoint.run dropped the index; this adapter's pass runs
+                # again from one rebuilt from the manifest, publishing what differs.
+                log.warning("checkpoint.manifest-behind adapter=%s: %s; rebuilding the index "
+                            "from the durable manifest", state.name, exc,
+                            extra={"event": "checkpoint.manifest-behind"})
+                self._indexes.pop(state.name, None)
+                reports.extend(self.checkpoint([self.config.adapter(state.name)], started,
+                                               dry_run, final, {}, rebuilt=True))
+                continue
+            self._after(state, job, result, scanned)
+            scan_errors = tuple(PathError(state.name, p, "scan", r) for p, r in result.errors)
+            reports.append(_with(rep, errors=rep.errors + scan_errors,
+                                 duration_s=time.monotonic() - t0))
+        return reports
+
+    def _plan(self, state: AdapterState, result: ScanResult, started: int
+              ) -> tuple[CheckpointAction, ...]:
+        """The adapter's checkpoint plan: every input the planner needs, gathered here."""
+        if result.gone is None:
+            missing = missing_mod.find_missing(state, result)
+        else:
+            missing = missing_mod.missing_among(state, result.gone)
+        logs = state.segments is not None
+        quiet_ns = self.engine.quiet_ns()
+        return plan_actions(
+            result, state.index, missing,
+            segments.idle_chains(state.index, started) if logs else frozenset(),
+            logs=state.segments,
+            sniff=checkpoint.LiveContent(state.live) if state.sqlite is not None else None,
+            plain=segments.plain_wanted(state.index, started, quiet_ns) if logs else frozenset(),
+            plain_why=f"quiet for {self.config.plain_after:g} s",
+            missing_dirs=missing_mod.missing_dirs(state, result),
+            trust_hashes=not state.staging_marker.exists(),
+        ) + tuple(sqlite.plan_databases(state.live, state.sqlite_patterns, state.index))
+
+    def _ready(self, state: AdapterState, actions: Sequence[CheckpointAction], final: bool
+               ) -> str | None:
+        """Make the durable side ready for this plan; the fatal error if it cannot be."""
+        # a final pass also records logs whose newest segments no manifest lists yet
+        may_write = any(isinstance(a, (*PUBLISHING, RecordLink, RecordDir)) for a in actions) or (
+            final and bool(segments.unrecorded(state.index)))
+        prepare = functools.partial(self.engine.prepare_store, state.store)
+        if may_write and state.name in self._unseeded:
+            try:  # only now: an idle pass never reads the durable side
+                prepare()
+            except DurableError as exc:
+                return str(exc)
+            self._unseeded.discard(state.name)
+            seeding.from_manifest(state)
+        else:  # health check and probe (cached) just before the first durable write: a
+            # pass that only re-checks files whose hashes still match does no mount I/O
+            state.store.before_first_write(prepare)
+        return None
+
+    def _after(self, state: AdapterState, job: ScanJob, result: ScanResult,
+               scanned: dict[str, Any] | None) -> None:
+        """Keep the directory table in step and remember what to look at again."""
+        try:
+            tablewalk.keep_table(state.index_path, job, state.index, result, scanned)
+        except OSError as exc:  # a cache: the next walk lists every directory instead
+            log.warning("checkpoint.table-unsaved adapter=%s error=%s", state.name,
+                        local_error("save directory table", exc.filename or
+                                    state.index_path.parent, exc),
+                        extra={"event": "checkpoint.table-unsaved"})
+        self._recheck[state.name] = _unsettled(state.index, result.changed)
+
+    def plain_phase(self, rep: AdapterReport, started: int, dry_run: bool) -> AdapterReport:
+        """After a final checkpoint: publish each log whose plain copy is behind its chain
+        whole at its plain path (segments.py), as a pass of its own."""
+        spec = self.config.adapter(rep.name)
+        if rep.fatal is not None or not spec.segments:
+            return rep
+        state = self.state(spec)
+        actions = [PlainCopy(p, rec.size, "final checkpoint") for p in sorted(
+            segments.plain_wanted(state.index, started, self.engine.quiet_ns(), final=True))
+            if (rec := state.index.get(p)) is not None]
+        if dry_run or not actions:
+            return _with(rep, plan=rep.plan + tuple(map(str, actions)))
+        state.store.before_first_write(functools.partial(self.engine.prepare_store,
+                                                         state.store))
+        more = checkpoint.run(state, actions, started_ns=started, jobs=self.engine.copy_jobs(),
+                              final=True, progress=self.engine.progress)
+        return _with(rep, files=rep.files + more.files, bytes=rep.bytes + more.bytes,
+                     plain_copies=rep.plain_copies + more.plain_copies,
+                     errors=rep.errors + more.errors, fatal=more.fatal,
+                     manifest=more.manifest or rep.manifest)
+
+    # -- the index against the durable side --------------------------------
+    def start_checks(self, states: list[AdapterState], reports: list[AdapterReport], *,
+                     force: bool = False) -> list[AdapterState]:
+        """The index against the durable side, for each adapter at a start (a new mount
+        instance since its last check, or `force`): see `syncengine.local.seed`."""
+        now = probe.instance(self.config.durable_root)
+        kept, healthy = [], False
+        for state in states:
+            try:
+                forced = force and state.name not in self._restored_fresh
+                if forced or (self._checked.get(state.name) != now
+                              and seeding.due(self.config.state_dir, state.name, now)):
+                    if not healthy:  # an unmounted root must never look like an empty bucket
+                        self.engine.check_durable_root()
+                        healthy = True
+                    if state.name not in self._unseeded:
+                        seeding.check(state, now)
+                        self._indexes[state.name] = state.index
+                    seeding.remember(self.config.state_dir, state.name, now, self.engine.clock())
+                self._checked[state.name] = now
+            except DurableError as exc:
+                reports.append(AdapterReport(state.name, fatal=str(exc)))
+                continue
+            kept.append(state)
+        return kept
+
+    def check_durable(self, specs: Sequence[AdapterSpec]) -> list[AdapterReport]:
+        """`start_checks` forced for `specs`; the adapters that failed, as fatal reports."""
+        reports: list[AdapterReport] = []
+        self.start_checks(self._states(specs, reports), reports, force=True)
+        return reports
+
+    # -- restore ---------------------------------------------------------
+    def restore(self, spec: AdapterSpec, dry_run: bool) -> AdapterReport:
+        """Fill one adapter's live tree from its durable checkpoint."""
+        t0 = time.monotonic()
+        try:
+            state = self.state(spec)
+            fresh = spec.name in self._unseeded
+            self._unseeded.discard(spec.name)  # restore reads the manifest itself
+            if not state.store.exists():  # local databases are still checked (sqlite_restore)
+                log.info("restore.nothing adapter=%s durable=%s (no checkpoint yet)", spec.name,
+                         spec.durable, extra={"event": "restore.nothing"})
+            entries, problems, source = restore.durable_entries(state.store, state.index)
+            for problem in problems:
+                log.error("manifest.problem %s", problem, extra={"event": "manifest.problem"})
+            actions = restore.plan(state, entries, source)
+            if dry_run:
+                return AdapterReport(spec.name, plan=tuple(map(str, actions)))
+            log.info("restore.start adapter=%s entries=%d source=%s", spec.name, len(entries),
+                     source, extra={"event": "restore.start"})
+            rep = restore.run(state, actions, jobs=self.engine.copy_jobs(),
+                              progress=self.engine.progress)
+            if fresh:  # built from what the durable side holds now: it cannot be ahead of it
+                self._remember_checked(spec.name)
+        except DurableError as exc:
+            return AdapterReport(spec.name, fatal=str(exc))
+        # A manifest that lost information cannot prove the tree is whole: a server
+        # must not start on it (restore incomplete), even if every listed file came back.
+        lost = tuple(PathError(spec.name, str(spec.durable / ".syncengine/manifest"), "read",
+                               p) for p in problems)
+        return _with(rep, errors=rep.errors + lost, duration_s=time.monotonic() - t0)
+
+    def _remember_checked(self, name: str) -> None:
+        now = probe.instance(self.config.durable_root)
+        seeding.remember(self.config.state_dir, name, now, self.engine.clock())
+        self._checked[name] = now
+        self._restored_fresh.add(name)
+
+
+def _unsettled(index: Index, changed: Sequence[Seen]) -> set[str]:
+    """Changed paths the index does not yet hold as settled (dirty, or not recorded)."""
+    records = index.records
+    return {seen.path for seen in changed
+            if not settled(records.get(seen.path), seen.size, seen.mtime_ns, seen.ctime_ns)}
+
+
+def _with(rep: AdapterReport, **changes: Any) -> AdapterReport:
+    return attrs.evolve(rep, **changes)
