@@ -20,9 +20,9 @@ from typing import Any, TextIO
 import attrs
 
 from syncengine.cliargs import build_parser
-from syncengine.durable.posix import savefile
 from syncengine.engine import Engine
 from syncengine.errors import SyncEngineError
+from syncengine.fs import savefile
 from syncengine.report import Report
 
 

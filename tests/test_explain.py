@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from syncengine.durable import manifest
-from syncengine.durable.posix.savefile import TEMP_SUFFIX
+from syncengine.fs.savefile import TEMP_SUFFIX
 from tests.conftest import CliRunner, Tree
 
 CONFIG = """\

@@ -231,7 +231,7 @@ def test_restore_dry_run_prints_plan_and_writes_nothing(tree: Tree, cli: CliRunn
 @pytest.mark.parametrize("mode", [0o600, 0o640, 0o400])
 def test_restored_temp_files_are_never_more_readable_than_the_source(
         tree: Tree, cli: CliRunner, mode: int) -> None:
-    from syncengine.durable.posix.savefile import temp_mode
+    from syncengine.fs.savefile import temp_mode
 
     assert temp_mode(mode) & 0o077 == 0
     assert temp_mode(mode) & 0o444 & ~mode == 0  # no read bit the source lacks

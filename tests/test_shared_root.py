@@ -86,7 +86,7 @@ def test_two_writers_racing_for_a_manifest_name(tree: Tree) -> None:
 
 def test_a_manifest_name_taken_after_the_check_is_never_replaced(tree: Tree) -> None:
     """The window itself, made deterministic: the name is taken after put_bytes looked."""
-    from syncengine.durable.posix import savefile
+    from syncengine.fs import savefile
 
     root = tree.data / "w"
     root.mkdir()

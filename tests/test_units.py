@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from syncengine.durable.manifest import Entry, decode, encode
-from syncengine.durable.posix.safepath import UnsafePath, check_relpath
+from syncengine.fs.safepath import UnsafePath, check_relpath
 from syncengine.local.index import DIRTY, Index
 from syncengine.patterns import compile_patterns
 from syncengine.plan import Fetch, KeepLocal, LocalState, MakeDir, plan_restore_entry

@@ -38,8 +38,8 @@ from syncengine.checkpoint.sqlite_backup import (
 # pays for imports.
 from syncengine.copier import SQLITE_HEADER, Published, stream, upload
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.savefile import TEMP_SUFFIX
 from syncengine.durable.store import Store
+from syncengine.fs.savefile import TEMP_SUFFIX
 from syncengine.local.index import DIRTY, Index
 from syncengine.patterns import COMPANIONS
 from syncengine.plan import Snapshot

@@ -32,9 +32,9 @@ from typing import Any
 
 from syncengine.config import Config
 from syncengine.daemon.watch import Watcher
-from syncengine.durable.posix import savefile
 from syncengine.engine import Engine
 from syncengine.errors import Incomplete, LockBusy
+from syncengine.fs import savefile
 from syncengine.report import Report
 
 log = logging.getLogger("syncengine")

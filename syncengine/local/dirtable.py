@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 import attrs
 import xxhash
 
-from syncengine.durable.posix import savefile
+from syncengine.fs import savefile
 
 MAGIC = b"SYNCDIR2"  # 2: directories are recorded; a table of 1 never compared them
 UNKNOWN = 0  # list this directory on the next walk

@@ -33,8 +33,8 @@ from array import array
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from syncengine.durable.posix import savefile
 from syncengine.errors import local_error
+from syncengine.fs import savefile
 
 MAGIC = b"SYNCIDX1"
 RECORD = struct.Struct("<qqqQHBB")

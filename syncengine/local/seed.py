@@ -37,8 +37,8 @@ from pathlib import Path
 from syncengine.checkpoint import segments, sqlite
 from syncengine.durable import manifest
 from syncengine.durable.manifest import load as load_manifest
-from syncengine.durable.posix import savefile
 from syncengine.errors import local_error
+from syncengine.fs import savefile
 from syncengine.local import behind
 from syncengine.local.index import DIRTY, Index
 from syncengine.local.status import read_json

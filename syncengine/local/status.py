@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from syncengine.config import AdapterSpec, Config
-from syncengine.durable.posix import probe, savefile
+from syncengine.durable.posix import probe
+from syncengine.fs import savefile
 from syncengine.local.index import Index
 from syncengine.patterns import Matcher
 from syncengine.report import Report

@@ -26,9 +26,9 @@ import attrs
 from syncengine.checkpoint import sqlite
 from syncengine.config import AdapterSpec
 from syncengine.copier import SQLITE_MIN_SIZE
-from syncengine.durable.posix.savefile import TEMP_SUFFIX
 from syncengine.engine import RESERVED, Engine, exclusion_patterns
 from syncengine.errors import ConfigError
+from syncengine.fs.savefile import TEMP_SUFFIX
 from syncengine.patterns import COMPANIONS, Matcher, compile_patterns, database_patterns
 from syncengine.walk.job import ScanJob, entered, reported
 

@@ -44,9 +44,9 @@ from syncengine.checkpoint import segments
 from syncengine.config import AdapterSpec, GcConfig
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.savefile import TEMP_SUFFIX
 from syncengine.durable.store import MANIFEST_DIR, STAGING_DIR
 from syncengine.errors import DurableError, LockBusy
+from syncengine.fs.savefile import TEMP_SUFFIX
 from syncengine.local.index import ABSENT_SINCE
 from syncengine.local.lock import StateLock
 from syncengine.local.status import restore_refusal

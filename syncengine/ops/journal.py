@@ -29,10 +29,10 @@ from pathlib import Path
 import attrs
 import xxhash
 
-from syncengine.durable.posix import savefile
 from syncengine.durable.posix.store import PosixStore
 from syncengine.durable.store import Store
 from syncengine.errors import CommitRefused, ConfigError, DurableError, durable_error
+from syncengine.fs import savefile
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _NAME = re.compile(r"^(\d{12})-(\d{19})-([0-9a-f]{8})\.prompt$")

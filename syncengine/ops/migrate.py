@@ -33,9 +33,9 @@ from syncengine.config import AdapterSpec, Config, MigrateStep
 from syncengine.copier import upload
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix import savefile
 from syncengine.durable.store import ObjectInfo, Store
 from syncengine.errors import DurableError, SourceError, durable_error
+from syncengine.fs import savefile
 from syncengine.local.lock import StateLock
 from syncengine.local.status import index_path
 from syncengine.ops.migrate_actions import (

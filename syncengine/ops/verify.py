@@ -44,9 +44,9 @@ from syncengine.checkpoint.execute import staging_marker
 from syncengine.copier import stream
 from syncengine.durable import chain, manifest, recorded
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix import savefile
 from syncengine.durable.store import MANIFEST_DIR, ObjectInfo, Store
 from syncengine.errors import DurableError, SourceError, UnsafePath
+from syncengine.fs import savefile
 from syncengine.local import behind
 from syncengine.local.index import Index
 from syncengine.local.status import index_path

@@ -37,9 +37,9 @@ from syncengine.checkpoint import segments
 from syncengine.copier import Vanished, in_order
 from syncengine.durable import manifest, recorded
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.safepath import DirCache, UnsafePath, check_relpath
 from syncengine.durable.store import Store
 from syncengine.errors import DurableError, SourceError
+from syncengine.fs.safepath import DirCache, UnsafePath, check_relpath
 from syncengine.local.index import DIRTY, Index
 from syncengine.model import AdapterState
 from syncengine.plan import (

@@ -36,10 +36,10 @@ from syncengine.checkpoint.sqlite import COMPANIONS, Options, find_databases, ma
 from syncengine.copier import stream
 from syncengine.durable import recorded
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix import savefile
-from syncengine.durable.posix.safepath import DirCache, UnsafePath
 from syncengine.durable.store import ObjectInfo, Store
 from syncengine.errors import DurableError, SourceError, source_error
+from syncengine.fs import savefile
+from syncengine.fs.safepath import DirCache, UnsafePath
 from syncengine.local.index import DIRTY, Index
 from syncengine.plan import RestoreDB
 from syncengine.sqlite_check import CheckFailed, Verdict, check, connect

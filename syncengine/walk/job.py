@@ -13,7 +13,7 @@ from typing import NamedTuple, Protocol
 
 import attrs
 
-from syncengine.durable.posix.savefile import TEMP_SUFFIX
+from syncengine.fs.savefile import TEMP_SUFFIX
 from syncengine.local.dirtable import DirTable, DirWalk
 from syncengine.patterns import Matcher
 

@@ -26,7 +26,7 @@ import os
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 
-from syncengine.durable.posix.savefile import TEMP_SUFFIX
+from syncengine.fs.savefile import TEMP_SUFFIX
 from syncengine.local import dirtable
 from syncengine.local.dirtable import GONE, UNKNOWN
 from syncengine.local.index import DIR_ABSENT, absent_passes, signature

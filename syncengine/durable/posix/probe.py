@@ -38,8 +38,9 @@ from typing import Any
 import attrs
 import xxhash
 
-from syncengine.durable.posix import fuseserver, savefile, writeback
+from syncengine.durable.posix import fuseserver, writeback
 from syncengine.errors import DurableError, durable_error
+from syncengine.fs import savefile
 
 SCRATCH = ".syncengine-probe"
 NO_RENAME_ERRNOS = (errno.EXDEV, errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP,

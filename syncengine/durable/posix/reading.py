@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from syncengine.durable.posix.safepath import DirCache
 from syncengine.durable.store import META_DIR, Kind, ObjectInfo, Opened
 from syncengine.errors import DurableError, durable_error
+from syncengine.fs.safepath import DirCache
 
 
 class PosixReader:

@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from syncengine.durable.posix import savefile
 from syncengine.durable.posix.reading import PosixReader
 from syncengine.durable.store import (
     MANIFEST_DIR,
@@ -51,6 +50,7 @@ from syncengine.errors import (
     durable_error,
     publish_error,
 )
+from syncengine.fs import savefile
 
 __all__ = ["MANIFEST_DIR", "META_DIR", "OBJECTS_DIR", "STAGING_DIR", "PosixStore", "Store",
            "new_object_name", "rename_new"]
