@@ -96,28 +96,26 @@ class PosixReader:
         except OSError as exc:
             raise durable_error("open", self.root / relpath, exc) from exc
 
-    @contextmanager
-    def open(self, relpath: str) -> Iterator[Opened]:
+    def open(self, relpath: str) -> _Open:
         """One object open for reading (`Opened`: its info and an unbuffered stream).
 
         Something else at `relpath` (a directory) comes with its kind and no bytes:
-        callers refuse it by `info.kind`.
+        callers refuse it by `info.kind`.  (A small class, not a generator-based context
+        manager: restore opens every object once, and the per-object cost shows there.)
         """
         fd = self._open_fd(relpath)
         try:
             info = _info(relpath, os.fstat(fd), None)
-            f = os.fdopen(fd, "rb", buffering=0) if info.kind == "file" else None
         except BaseException as exc:
             os.close(fd)
             if isinstance(exc, OSError):
                 raise durable_error("stat", self.where(relpath), exc) from exc
             raise
-        if f is None:
+        if info.kind != "file":
             os.close(fd)
-            yield Opened(info, io.BytesIO())
-            return
-        with f:
-            yield Opened(info, f)
+            return _Open(Opened(info, io.BytesIO()), None)
+        f = io.FileIO(fd, "rb", closefd=True)
+        return _Open(Opened(info, f), f)
 
     def read_bytes(self, relpath: str) -> bytes:
         """One object's bytes (inside `batch`, the directories on the way are opened once)."""
@@ -207,3 +205,19 @@ def _kind(mode: int) -> Kind:
 def _info(key: str, st: os.stat_result, target: str | None) -> ObjectInfo:
     return ObjectInfo(key, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode),
                       _kind(st.st_mode), target)
+
+
+class _Open:
+    """`PosixStore.open`'s context manager: the object open, closed on exit."""
+
+    __slots__ = ("_file", "_opened")
+
+    def __init__(self, opened: Opened, file: io.FileIO | None) -> None:
+        self._opened, self._file = opened, file
+
+    def __enter__(self) -> Opened:
+        return self._opened
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:
+            self._file.close()
