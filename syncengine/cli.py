@@ -114,6 +114,8 @@ def _print_status(status: dict[str, Any]) -> None:
     if caps:
         print(f"durable root probe ({_fmt_time(caps.get('probed_ns'))}, "
               f"{caps.get('fstype') or 'unknown fs'}): {caps['summary']}")
+    elif str(status["config"]["durable_root"][0]).startswith("s3 "):
+        print("durable root probe: none (an S3 bucket, reached through its API)")
     else:
         print("durable root probe: not yet (runs at the first checkpoint that writes)")
     wb = status.get("write_back")

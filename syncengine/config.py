@@ -37,6 +37,8 @@ from syncengine.adapterspec import (
     place,
 )
 from syncengine.confignumbers import check_number
+from syncengine.durable.s3 import location as s3_location
+from syncengine.durable.s3.location import S3Location
 from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
@@ -82,6 +84,7 @@ class Config:
     confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT
     home: Path | None = None  # $HOME: the old layout's home directories (migrate)
     plain_after: float = DEFAULT_PLAIN_AFTER  # seconds without an append (segments.py)
+    s3: S3Location | None = None  # durable_root = "s3://...": the bucket (durable/s3/)
 
     def adapter(self, name: str) -> AdapterSpec:
         for spec in self.adapters:
@@ -184,7 +187,7 @@ def config_from_dict(
     layers = _Layers(env, raw, overrides or {}, origin,
                      Path(base_dir) if base_dir is not None else None)
     local_root = layers.path("local_root", env_key="AM_LOCAL", fix="set AM_LOCAL or local_root")
-    durable_root = layers.path("durable_root", env_key="DATA_DIR", default="/data")
+    durable_root, s3 = _durable_root(layers, env)
     state_dir = layers.path("state_dir", default=str(local_root / ".syncengine"))
     interval = layers.number("interval", env_key="AGENT_STATE_CHECKPOINT_SECONDS",
                              default=DEFAULT_INTERVAL)
@@ -208,7 +211,21 @@ def config_from_dict(
                   sqlite_busy_timeout=float(busy), rescan_interval=float(rescan),
                   sources=dict(layers.sources), journal_dir=journal_dir, gc=gc,
                   require_mount=require_mount, write_back=write_back, rclone_rc=rclone_rc,
-                  confirm_timeout=float(confirm), home=home, plain_after=float(plain_after))
+                  confirm_timeout=float(confirm), home=home, plain_after=float(plain_after),
+                  s3=s3)
+
+
+def _durable_root(layers: _Layers, env: Mapping[str, str]) -> tuple[Path, S3Location | None]:
+    """A directory, or a bucket: ``s3://BUCKET/PREFIX`` with the AWS variables and files
+    (durable paths are then names under `s3_location.virtual_root`, mapped to keys)."""
+    value = layers.get("durable_root", "DATA_DIR", "/data")
+    if not (isinstance(value, str) and s3_location.is_s3(value)):
+        return layers.path("durable_root", env_key="DATA_DIR", default="/data"), None
+    try:
+        s3 = s3_location.from_environment(value, env)
+    except ValueError as exc:
+        raise ConfigError(f"{layers.sources['durable_root']}: {exc}") from exc
+    return s3_location.virtual_root(s3), s3
 
 
 def _write_back(layers: _Layers) -> tuple[bool | None, str | None]:

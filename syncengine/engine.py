@@ -79,6 +79,10 @@ class Engine:
                  stores: Callable[[Path], Store] = PosixStore) -> None:
         self.config = config
         self.clock = clock
+        if config.s3 is not None and stores is PosixStore:  # durable_root = "s3://..."
+            from syncengine.durable.s3 import select as s3_select
+
+            stores = s3_select.stores(config)
         self.stores = stores  # a durable directory's Store (tests: an in-memory one)
         self.progress = progress or Reporter()  # *.progress lines every 5 s; a bar if given
         self.scan_workers = scan_workers
@@ -94,6 +98,7 @@ class Engine:
         self._caps: probe.Capabilities | None = None
         self._uploads: writeback.Uploads | None = None  # for self._caps's mount instance
         self._jobs: int | None = None
+        self._bucket_checked = False  # s3:// durable_root: reached once (one LIST)
         self.notices = Notices()  # a path's repeated warning is said once per engine
 
     @classmethod
@@ -233,6 +238,13 @@ class Engine:
 
     def check_durable_root(self) -> None:
         """Refuse a durable root that is missing, not mounted when it must be, or unhealthy."""
+        if self.config.s3 is not None:  # a bucket: one LIST per engine, no mount to check
+            from syncengine.durable.s3 import select as s3_select
+
+            if not self._bucket_checked:
+                s3_select.check_bucket(self.config)
+                self._bucket_checked = True
+            return None
         probe.check_root(self.config.durable_root, require_mount=self.config.require_mount,
                          state_dir=self.config.state_dir)
 
@@ -241,7 +253,7 @@ class Engine:
         (unless `jobs` was set explicitly)."""
         if self._jobs is None:
             explicit = self.config.sources.get("jobs", "default") != "default"
-            remote = probe.is_remote(self.config.durable_root)
+            remote = self.config.s3 is not None or probe.is_remote(self.config.durable_root)
             self._jobs = self.config.jobs if explicit or remote else 1
         return self._jobs
 
@@ -255,7 +267,10 @@ class Engine:
 
     def _durable_ready(self) -> probe.Capabilities:
         """Health-check the durable root and learn what it supports (once per mount
-        instance: a remounted client is probed again)."""
+        instance: a remounted client is probed again; a bucket: checked once, no probe)."""
+        if self.config.s3 is not None:  # no health check: a failed PUT says what a LIST would
+            self._caps = self._caps or probe.Capabilities()
+            return self._caps
         self.check_durable_root()
         root = self.config.durable_root
         if self._caps is None or self._caps.instance != probe.instance(root):
@@ -298,6 +313,9 @@ class Engine:
         from syncengine.ops import migrate as migrate_
 
         """Move a deployment from the old rsync layout (see `syncengine.ops.migrate`)."""
+        if self.config.s3 is not None:
+            raise ConfigError("migrate renames in the durable tree: run it with durable_root "
+                              "on a directory or mount of the bucket, not s3://")
         self.check_durable_root()
         ctx = migrate_.Setup(self.config, self.clock, self._lazy_store, posix_store.rename_new)
         return migrate_.run(ctx, dry_run=dry_run)

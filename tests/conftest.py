@@ -24,6 +24,11 @@ no rename, no links, closed writes only) through the engine's ``stores``
 factory.  Such a test is in-process only (`engine`, not `cli`) and reads the
 durable side through ``tree.store(rel)``, never `tree.backing`.
 
+The same tests also run ``[s3]``: each stores under its own bucket of a real S3
+server on 127.0.0.1 (moto in a child process, tests/s3server.py) through
+`syncengine.durable.s3.store.S3Store`; `tree.s3_requests()` lists the requests
+the bucket received.
+
 A test marked ``@pytest.mark.rclone`` also runs on real rclone mounts
 (tests/rclone_mount.py): ``[rclone-off]`` and ``[rclone-writes]``, ``data/``
 mounted over ``bucket/``.  `tree.backing` is then what can be read without
@@ -54,10 +59,12 @@ from tests.bucket_mount import BucketMount, fuse_available
 from tests.helpers import snapshot
 from tests.memstore import MemoryBucket
 from tests.rclone_mount import RcloneMount, require_rclone
+from tests.s3server import S3Server, s3_server
 
 bucket = bucket_mount.bucket  # fixtures for the emulator tests
 bucket_factory = bucket_mount.bucket_factory
 rclone_factory = rclone_mount.rclone_factory  # real rclone mounts (tests/rclone_mount.py)
+__all__ = ["bucket", "bucket_factory", "rclone_factory", "s3_server"]
 
 DURABLE_KINDS = ("dir", "bucket")
 # Read by syncengine's configuration (README "Configuration"): never from the caller's shell.
@@ -82,17 +89,35 @@ class Tree:
     mount: BucketMount | None = None
     rclone: RcloneMount | None = None
     memory: MemoryBucket | None = None
+    s3: tuple[S3Server, str] | None = None  # the server and this test's bucket
 
     @property
     def stores(self) -> Callable[[Path], Store]:
         """The engine's `stores` factory for this tree."""
+        if self.s3 is not None:
+            return self._s3_store
         return self.memory.store if self.memory is not None else PosixStore
+
+    def _s3_store(self, path: Path) -> Store:
+        from syncengine.durable.s3.store import S3Store
+
+        assert self.s3 is not None
+        server, name = self.s3
+        return S3Store(server.location(name, path.relative_to(self.data).as_posix()))
 
     def store(self, rel: str) -> Store:
         """The durable directory `rel` (under ``data/``) as the engine sees it."""
+        if self.s3 is not None:
+            return self._s3_store(self.data / rel)
         if self.memory is not None:
             return self.memory.store(self.data / rel)
         return PosixStore(self.data / rel)
+
+    def s3_requests(self) -> list[tuple[str, str, int]]:
+        """(method, path, status) of each request this test's bucket received so far."""
+        assert self.s3 is not None
+        server, name = self.s3
+        return server.requests(name)
 
     def ops(self) -> dict[str, int]:
         """Operation counts on the durable mount so far ({} for a plain directory)."""
@@ -105,6 +130,11 @@ class Tree:
         `allow`: operation kinds that may happen (e.g. "getattr"), still without a write.
         """
         before, ops = snapshot(self.backing), self.ops()
+        if self.s3 is not None:  # no request at all
+            count = len(self.s3_requests())
+            yield
+            assert self.s3_requests()[count:] == [], "requests to the bucket"
+            return
         if self.memory is not None:  # the bucket in memory: no PUT, and no GET either
             calls = (self.memory.puts, self.memory.gets)
             yield
@@ -166,7 +196,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "dir_only(reason): run with a plain-directory durable root only (not on the "
         "bucket emulator); say why")
     config.addinivalue_line(
-        "markers", "memory: also run with the durable side in memory (tests/memstore.py); "
+        "markers", "memory: also run with the durable side in memory (tests/memstore.py) and on "
+        "a real S3 server (tests/s3server.py); "
         "in-process only")
     config.addinivalue_line(
         "markers", "rclone: also run with the durable root on real rclone mounts "
@@ -184,7 +215,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if marker is None and metafunc.definition.get_closest_marker("rclone") is not None:
         kinds += RCLONE_KINDS
     if metafunc.definition.get_closest_marker("memory") is not None:
-        kinds.append("memory")
+        kinds += ["memory", "s3"]
     metafunc.parametrize("durable_kind", kinds, indirect=True)
 
 
@@ -195,7 +226,7 @@ def durable_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def tree(tmp_path: Path, durable_kind: str) -> Iterator[Tree]:
+def tree(tmp_path: Path, durable_kind: str, request: pytest.FixtureRequest) -> Iterator[Tree]:
     local, data = tmp_path / "local", tmp_path / "data"
     local.mkdir()
     data.mkdir()
@@ -204,6 +235,10 @@ def tree(tmp_path: Path, durable_kind: str) -> Iterator[Tree]:
         return
     if durable_kind == "memory":  # data/ stays an empty directory: the root the engine checks
         yield Tree(tmp_path, local, data, kind="memory", memory=MemoryBucket())
+        return
+    if durable_kind == "s3":  # data/ stays an empty directory, as for memory
+        server: S3Server = request.getfixturevalue("s3_server")
+        yield Tree(tmp_path, local, data, kind="s3", s3=(server, server.bucket()))
         return
     if durable_kind in RCLONE_KINDS:
         require_rclone()
@@ -227,8 +262,8 @@ def cli(tree: Tree) -> CliRunner:
 
     def run(*args: str, env: Mapping[str, str] | None = None, check: int | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        if tree.memory is not None:
-            raise pytest.UsageError("a child process cannot reach the in-memory store: "
+        if tree.memory is not None or tree.s3 is not None:
+            raise pytest.UsageError("a child process cannot reach the test's store factory: "
                                     "a test marked memory uses `engine`, not `cli`")
         proc = subprocess.run(
             [sys.executable, "-m", "syncengine", *args], capture_output=True, text=True,

@@ -22,7 +22,7 @@ import pytest
 from syncengine.durable import manifest
 from syncengine.durable.posix.store import PosixStore
 from syncengine.durable.store import Store
-from syncengine.errors import NameTaken
+from syncengine.errors import CommitRefused, NameTaken
 from tests.conftest import EngineFactory, Tree
 from tests.memstore import MemoryBucket
 
@@ -31,10 +31,15 @@ RAW: dict[str, Any] = {"adapters": [], "adapter": [
     {"name": "x", "live": "x", "durable": "state/x", "segments": ["logs/*.jsonl"]}]}
 
 
-@pytest.fixture(params=["posix", "memory"])
+@pytest.fixture(params=["posix", "memory", "s3"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "posix":
         yield PosixStore(tmp_path)
+    elif request.param == "s3":
+        from syncengine.durable.s3.store import S3Store
+
+        server = request.getfixturevalue("s3_server")
+        yield S3Store(server.location(server.bucket(), "some/prefix"))
     else:
         yield MemoryBucket().store(tmp_path)
 
@@ -104,6 +109,21 @@ def test_the_first_write_runs_the_preparation_once(store: Store) -> None:
     _put(store, "b", b"2")
     assert calls == [1]
     assert store.confirm()
+
+
+def test_an_s3_key_the_store_cannot_hold_is_that_path_s_error(tmp_path: Path,
+                                                                request: pytest.FixtureRequest
+                                                                ) -> None:
+    """A name with a control character: refused for that path (the run goes on)."""
+    from syncengine.durable.s3.store import S3Store
+
+    server = request.getfixturevalue("s3_server")
+    store = S3Store(server.location(server.bucket(), "p"))
+    with pytest.raises(CommitRefused, match="control character"), \
+            store.writer("odd\rname", mode=0o644) as out:
+        out.write(b"x")
+    _put(store, "fine name #1 ü.txt", b"y")
+    assert [i.key for i in store.list()] == ["fine name #1 ü.txt"]
 
 
 def test_a_posix_listing_reports_a_link_with_its_target(tmp_path: Path) -> None:

@@ -100,7 +100,7 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
         adapters.append({
             "loss_window_s": round((now_ns - last) / 1e9, 3) if last else None,
             "pending": pending.get(spec.name, 0) if daemon.get("running") else None,
-            "name": spec.name, "live": str(spec.live), "durable": str(spec.durable),
+            "name": spec.name, "live": str(spec.live), "durable": _durable(cfg, spec.durable),
             "live_source": live_source,
             "durable_source": cfg.sources.get(f"durable.{spec.name}", "default"),
             "warning": _live_warning(spec, live_source),
@@ -116,15 +116,27 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
             "write_back", "rclone_rc", "confirm_timeout", "home", "plain_after")
     shown = {k: [_plain(getattr(cfg, k)), cfg.sources.get(k)] for k in keys}
     shown["adapters"] = [[s.name for s in cfg.adapters], cfg.sources.get("adapters")]
+    if cfg.s3 is not None:  # backend, endpoint and bucket; never a secret
+        shown["durable_root"] = [cfg.s3.describe(), cfg.sources.get("durable_root")]
+        if cfg.journal_dir is not None:
+            shown["journal_dir"][0] = _durable(cfg, cfg.journal_dir)
     return {
         "config": shown,
-        "durable_probe": _probe_status(cfg.state_dir, cfg.durable_root),
+        "durable_probe": (_probe_status(cfg.state_dir, cfg.durable_root)
+                          if cfg.s3 is None else None),
         "write_back": write_back(cfg),
         "restore": read_json(cfg.state_dir / "restore.json") or None,
         "sqlite": _sqlite_version(),
         "daemon": daemon or None,
         "adapters": adapters,
     }
+
+
+def _durable(cfg: Config, path: Path) -> str:
+    """A durable directory: its path, or its s3:// URL in the bucket."""
+    if cfg.s3 is None or (path != cfg.durable_root and cfg.durable_root not in path.parents):
+        return str(path)
+    return cfg.s3.child(path.relative_to(cfg.durable_root).as_posix()).url()
 
 
 def _live_warning(spec: AdapterSpec, source: str) -> str | None:
