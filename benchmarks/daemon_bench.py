@@ -51,16 +51,21 @@ def wait_pending(w: Watcher, n: int, timeout: float = 30) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--files", type=int, default=100_000)
     p.add_argument("--bytes", default="200M")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--work", default="/tmp/syncengine-daemon-bench")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--interval", type=float, default=15.0, help="daemon interval (default 15)")
-    p.add_argument("--idle-seconds", type=float, default=60.0,
-                   help="idle CPU measurement period (the goal is stated for 600)")
+    p.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=60.0,
+        help="idle CPU measurement period (the goal is stated for 600)",
+    )
     args = p.parse_args()
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
@@ -83,12 +88,14 @@ def main() -> int:
     for i in range(args.runs):
         mutate(local, 1, seed=100 + i, candidates=candidates)
         one.append(timed(engine.checkpoint))
-    rows["scanning (full walk)"] = {"idle": statistics.median(idle),
-                                    "one": statistics.median(one)}
+    rows["scanning (full walk)"] = {"idle": statistics.median(idle), "one": statistics.median(one)}
 
     # events mode
-    w = Watcher({"all": local}, rescan_interval=3600,
-                skip_dirs={"all": engine.skip_dirs(engine.config.adapters[0])})
+    w = Watcher(
+        {"all": local},
+        rescan_interval=3600,
+        skip_dirs={"all": engine.skip_dirs(engine.config.adapters[0])},
+    )
     assert w.start(), w.last_error
     engine.checkpoint(hints=w.take())  # the start-up walk
     idle, one = [], []
@@ -99,37 +106,59 @@ def main() -> int:
         wait_pending(w, 1)
         one.append(timed(lambda: engine.checkpoint(hints=w.take())))
     w.stop()
-    rows["events (inotify hints)"] = {"idle": statistics.median(idle),
-                                      "one": statistics.median(one)}
+    rows["events (inotify hints)"] = {
+        "idle": statistics.median(idle),
+        "one": statistics.median(one),
+    }
 
     # the design's rsync loop
     stamp = work / "stamp"
     subprocess.run(["rsync", "-a", f"{local}/", f"{rdata}/"], check=True)
     stamp.touch()
-    loop = (f"touch {work}/stamp.new && find {local} -newer {stamp} -type f -printf '%P\\n' "
-            f"> {work}/list && rsync -a --files-from={work}/list --delay-updates "
-            f"{local}/ {rdata}/; mv {work}/stamp.new {stamp}")
+    loop = (
+        f"touch {work}/stamp.new && find {local} -newer {stamp} -type f -printf '%P\\n' "
+        f"> {work}/list && rsync -a --files-from={work}/list --delay-updates "
+        f"{local}/ {rdata}/; mv {work}/stamp.new {stamp}"
+    )
     idle, one = [], []
     for _ in range(args.runs):
         idle.append(timed(lambda: subprocess.run(["sh", "-c", loop], check=True)))
     for i in range(args.runs):
         mutate(local, 1, seed=300 + i, candidates=candidates)
         one.append(timed(lambda: subprocess.run(["sh", "-c", loop], check=True)))
-    rows["rsync (find -newer + rsync --files-from)"] = {"idle": statistics.median(idle),
-                                                        "one": statistics.median(one)}
+    rows["rsync (find -newer + rsync --files-from)"] = {
+        "idle": statistics.median(idle),
+        "one": statistics.median(one),
+    }
     for name, r in rows.items():
         print(f"{name:45s} idle {r['idle'] * 1000:9.1f} ms   one file {r['one'] * 1000:9.1f} ms")
 
     # idle CPU of `syncengine run -- sleep`
-    cmd = [sys.executable, "-m", "syncengine", "-v", "--local-root", str(local),
-           "--durable-root", str(data), "run", "--interval", str(args.interval), "--",
-           "sleep", str(int(args.idle_seconds) + 3600)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "syncengine",
+        "-v",
+        "--local-root",
+        str(local),
+        "--durable-root",
+        str(data),
+        "run",
+        "--interval",
+        str(args.interval),
+        "--",
+        "sleep",
+        str(int(args.idle_seconds) + 3600),
+    ]
     cfg = work / "cfg.toml"
-    cfg.write_text('adapters = []\n[[adapter]]\nname = "all"\nlive = "."\n'
-                   'durable = "state/all"\n')
+    cfg.write_text('adapters = []\n[[adapter]]\nname = "all"\nlive = "."\ndurable = "state/all"\n')
     cmd[3:3] = ["--config", str(cfg)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    proc = subprocess.Popen(
+        cmd,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
     assert proc.stderr is not None
     for line in proc.stderr:  # its first timer pass is the start-up walk
         if "runner.pass-end" in line:
@@ -146,10 +175,22 @@ def main() -> int:
     proc.terminate()
     proc.communicate(timeout=120)
     pct = 100 * (c1 - c0) / (t1 - t0)
-    print(f"idle `syncengine run -- sleep`: {c1 - c0:.2f}s CPU over {t1 - t0:.0f}s = {pct:.3f}% "
-          "of one core", flush=True)
-    print(json.dumps({"files": s.files, "bytes": s.bytes, "rows": rows, "idle_cpu_pct": pct,
-                      "idle_seconds": t1 - t0}))
+    print(
+        f"idle `syncengine run -- sleep`: {c1 - c0:.2f}s CPU over {t1 - t0:.0f}s = {pct:.3f}% "
+        "of one core",
+        flush=True,
+    )
+    print(
+        json.dumps(
+            {
+                "files": s.files,
+                "bytes": s.bytes,
+                "rows": rows,
+                "idle_cpu_pct": pct,
+                "idle_seconds": t1 - t0,
+            }
+        )
+    )
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -253,8 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=1_000_000, help="entries (1000000)")
     p.add_argument("--reference", action="store_true", help="also measure a dict of tuples")
     p.add_argument("--json", help="write the numbers to this file")
-    p.add_argument("--table", action="store_true",
-                   help="also measure the directory table (retained and during a walk)")
+    p.add_argument(
+        "--table",
+        action="store_true",
+        help="also measure the directory table (retained and during a walk)",
+    )
     args = p.parse_args(argv)
     why = _has_index()
     if why:
@@ -268,9 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         t = measure_table(args.n)
         results["directory table"] = t
-        print(f"\nDirectory table for the same entries: {t['directories']:,.0f} directories; "
-              f"retained {t['retained_mb']:.1f} MB; during a walk {t['walk_mb']:.1f} MB more "
-              f"(keys, records and the derived order; tracemalloc peak {t['peak_mb']:.1f} MB)")
+        print(
+            f"\nDirectory table for the same entries: {t['directories']:,.0f} directories; "
+            f"retained {t['retained_mb']:.1f} MB; during a walk {t['walk_mb']:.1f} MB more "
+            f"(keys, records and the derived order; tracemalloc peak {t['peak_mb']:.1f} MB)"
+        )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"n": args.n, "python": sys.version.split()[0], "results": results}, fh)

@@ -79,15 +79,21 @@ class Setup:
         self.state.mkdir()
 
     def mount(self, latency: bool) -> BucketMount:
-        return BucketMount(self.backing, self.mnt, stats=True, **(LATENCY if latency else {}),
-                           **(CACHE if self.cache else {}))  # type: ignore[arg-type]
+        return BucketMount(
+            self.backing,
+            self.mnt,
+            stats=True,
+            **(LATENCY if latency else {}),
+            **(CACHE if self.cache else {}),
+        )  # type: ignore[arg-type]
 
     def config(self, local_root: Path, state: Path) -> Path:
         path = self.dir / f"cfg-{state.name}.toml"
         path.write_text(
             f'local_root = "{local_root}"\ndurable_root = "{self.mnt}"\nstate_dir = "{state}"\n'
             f'adapters = []\njobs = 16\n[[adapter]]\nname = "bench"\nlive = "{self.live.name}"\n'
-            f'durable = "state/bench"\n')
+            f'durable = "state/bench"\n'
+        )
         return path
 
     def seed(self) -> None:
@@ -108,30 +114,39 @@ class Setup:
         if self.tool == "syncengine":
             cfg = self.config(self.live.parent, self.state)
             with open(self.dir / "checkpoint.log", "w") as log:  # -v: the durable.* lines
-                return run([sys.executable, "-m", "syncengine", "--config", str(cfg), "-v",
-                            "checkpoint"], env={**os.environ, "PYTHONPATH": str(REPO)},
-                           stderr=log)
+                return run(
+                    [sys.executable, "-m", "syncengine", "--config", str(cfg), "-v", "checkpoint"],
+                    env={**os.environ, "PYTHONPATH": str(REPO)},
+                    stderr=log,
+                )
         if self.tool == "rsync -a":
             self.durable.mkdir(parents=True, exist_ok=True)
             return run(["rsync", "-a", f"{self.live}/", f"{self.durable}/"])
         t0 = time.perf_counter()  # the design: find -newer marker, rsync those, move marker
         new_marker = self.dir / "marker.next"
         new_marker.touch()
-        find = ["find", ".", "-type", "f"] + ([] if full or not self.marker.exists()
-                                              else ["-newer", str(self.marker)])
+        find = ["find", ".", "-type", "f"] + (
+            [] if full or not self.marker.exists() else ["-newer", str(self.marker)]
+        )
         listing = subprocess.run(find, cwd=self.live, check=True, capture_output=True).stdout
         if listing:
             self.durable.mkdir(parents=True, exist_ok=True)
-            subprocess.run(["rsync", "-a", "--delay-updates", "--files-from=-", ".",
-                            f"{self.durable}/"], cwd=self.live, input=listing, check=True)
+            subprocess.run(
+                ["rsync", "-a", "--delay-updates", "--files-from=-", ".", f"{self.durable}/"],
+                cwd=self.live,
+                input=listing,
+                check=True,
+            )
         new_marker.replace(self.marker)
         return time.perf_counter() - t0
 
     def restore(self, target: Path) -> float:
         if self.tool == "syncengine":
             cfg = self.config(target, target / ".state")
-            return run([sys.executable, "-m", "syncengine", "--config", str(cfg), "-q",
-                        "restore"], env={**os.environ, "PYTHONPATH": str(REPO)})
+            return run(
+                [sys.executable, "-m", "syncengine", "--config", str(cfg), "-q", "restore"],
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
         (target / self.live.name).mkdir(parents=True, exist_ok=True)
         return run(["rsync", "-a", f"{self.durable}/", f"{target / self.live.name}/"])
 
@@ -139,21 +154,28 @@ class Setup:
 STARTED = time.monotonic()
 
 
-def timed(setup: Setup, action: Callable[[], float], what: str = ""
-          ) -> tuple[float, dict[str, int]]:
+def timed(
+    setup: Setup, action: Callable[[], float], what: str = ""
+) -> tuple[float, dict[str, int]]:
     with setup.mount(latency=True) as mount:
         return timed_on(mount, setup, action, what)
 
 
-def timed_on(mount: BucketMount, setup: Setup, action: Callable[[], float], what: str = ""
-             ) -> tuple[float, dict[str, int]]:
+def timed_on(
+    mount: BucketMount, setup: Setup, action: Callable[[], float], what: str = ""
+) -> tuple[float, dict[str, int]]:
     before = mount.stats()
     seconds = action()
     after = mount.stats()
-    print(f"[{time.monotonic() - STARTED:7.0f} s] {setup.dir.parent.name} {setup.tool}: {what} "
-          f"{seconds:.3f} s", file=sys.stderr, flush=True)
-    return seconds, {k: after.get(k, 0) - before.get(k, 0) for k in after
-                     if after.get(k, 0) != before.get(k, 0)}
+    print(
+        f"[{time.monotonic() - STARTED:7.0f} s] {setup.dir.parent.name} {setup.tool}: {what} "
+        f"{seconds:.3f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return seconds, {
+        k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)
+    }
 
 
 def _check_seconds(log: Path) -> float:
@@ -171,8 +193,15 @@ def tree(work: Path, files: int) -> Path:
     return live
 
 
-def bench(work: Path, large: int, small: int, reps: int, sizes: list[int], peer_reps: int,
-          tools: tuple[str, ...] = TOOLS) -> dict[str, object]:
+def bench(
+    work: Path,
+    large: int,
+    small: int,
+    reps: int,
+    sizes: list[int],
+    peer_reps: int,
+    tools: tuple[str, ...] = TOOLS,
+) -> dict[str, object]:
     rows: list[dict[str, object]] = []
     curve: dict[str, dict[int, float]] = {t: {} for t in tools}
     for files in sorted({*sizes, large} - {0}):
@@ -195,26 +224,49 @@ def bench(work: Path, large: int, small: int, reps: int, sizes: list[int], peer_
                         check.append(_check_seconds(s.dir / "checkpoint.log"))
                     t, idle_ops = timed_on(mount, s, s.checkpoint, "idle")
                     idle.append(t)
-                    mutate(live, min(100, len(candidates)), seed=1000 * files + r,
-                           candidates=candidates)
+                    mutate(
+                        live,
+                        min(100, len(candidates)),
+                        seed=1000 * files + r,
+                        candidates=candidates,
+                    )
                     t, changed_ops = timed_on(mount, s, s.checkpoint, "100 changed")
                     changed.append(t)
                 time.sleep(1.1)
             curve[tool][files] = statistics.median(changed)
             if files == large and start:
-                rows.append({"scenario": f"start (idle, first after a mount; the check itself "
-                                         f"{statistics.median(check):.3f} s), {files} files",
-                             "tool": tool, "median_s": statistics.median(start),
-                             "ops": start_ops})
+                rows.append(
+                    {
+                        "scenario": f"start (idle, first after a mount; the check itself "
+                        f"{statistics.median(check):.3f} s), {files} files",
+                        "tool": tool,
+                        "median_s": statistics.median(start),
+                        "ops": start_ops,
+                    }
+                )
             if files == large:
-                rows.append({"scenario": f"idle, {files} files", "tool": tool,
-                             "median_s": statistics.median(idle), "ops": idle_ops})
-                rows.append({"scenario": f"100 changed, {files} files", "tool": tool,
-                             "median_s": statistics.median(changed), "ops": changed_ops})
+                rows.append(
+                    {
+                        "scenario": f"idle, {files} files",
+                        "tool": tool,
+                        "median_s": statistics.median(idle),
+                        "ops": idle_ops,
+                    }
+                )
+                rows.append(
+                    {
+                        "scenario": f"100 changed, {files} files",
+                        "tool": tool,
+                        "median_s": statistics.median(changed),
+                        "ops": changed_ops,
+                    }
+                )
             shutil.rmtree(s.dir)
     if not small:
-        return {"rows": rows, "curve": {t: {str(k): v for k, v in c.items()}
-                                        for t, c in curve.items()}}
+        return {
+            "rows": rows,
+            "curve": {t: {str(k): v for k, v in c.items()} for t, c in curve.items()},
+        }
     live = tree(work, small)
     for tool in tools:
         s = Setup(work / f"full-{small}", tool, live)
@@ -224,13 +276,28 @@ def bench(work: Path, large: int, small: int, reps: int, sizes: list[int], peer_
             t, full_ops = timed(s, lambda s=s: s.checkpoint(full=True), "full")  # type: ignore[misc]
             full.append(t)
             target = s.dir / "restored"
-            t, rest_ops = timed(s, lambda s=s, target=target: s.restore(target),  # type: ignore[misc]
-                               "restore")
+            t, rest_ops = timed(
+                s,
+                lambda s=s, target=target: s.restore(target),  # type: ignore[misc]
+                "restore",
+            )
             rest.append(t)
-        rows.append({"scenario": f"full checkpoint, {small} files", "tool": tool,
-                     "median_s": statistics.median(full), "ops": full_ops})
-        rows.append({"scenario": f"full restore, {small} files", "tool": tool,
-                     "median_s": statistics.median(rest), "ops": rest_ops})
+        rows.append(
+            {
+                "scenario": f"full checkpoint, {small} files",
+                "tool": tool,
+                "median_s": statistics.median(full),
+                "ops": full_ops,
+            }
+        )
+        rows.append(
+            {
+                "scenario": f"full restore, {small} files",
+                "tool": tool,
+                "median_s": statistics.median(rest),
+                "ops": rest_ops,
+            }
+        )
         shutil.rmtree(s.dir)
     return {"rows": rows, "curve": {t: {str(k): v for k, v in c.items()} for t, c in curve.items()}}
 
@@ -243,13 +310,17 @@ def _ops(ops: dict[str, int]) -> str:
 def markdown(result: dict[str, object], args: argparse.Namespace) -> str:
     rows = result["rows"]
     assert isinstance(rows, list)
-    out = ["| scenario | tool | median s | vs syncengine | mount operations |",
-           "|---|---|---|---|---|"]
+    out = [
+        "| scenario | tool | median s | vs syncengine | mount operations |",
+        "|---|---|---|---|---|",
+    ]
     base = {r["scenario"]: r["median_s"] for r in rows if r["tool"] == "syncengine"}
     for r in rows:
         ratio = r["median_s"] / base[r["scenario"]] if base.get(r["scenario"]) else 0
-        out.append(f"| {r['scenario']} | {r['tool']} | {r['median_s']:.3f} | "
-                   f"{ratio:.1f}x | {_ops(r['ops'])} |")
+        out.append(
+            f"| {r['scenario']} | {r['tool']} | {r['median_s']:.3f} | "
+            f"{ratio:.1f}x | {_ops(r['ops'])} |"
+        )
     return "\n".join(out)
 
 
@@ -280,18 +351,23 @@ def plot(result: dict[str, object], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--large", type=int, default=100_000, help="files for idle/changed (0: skip)")
-    p.add_argument("--small", type=int, default=5_000,
-                   help="files for full checkpoint/restore (0: skip)")
+    p.add_argument(
+        "--small", type=int, default=5_000, help="files for full checkpoint/restore (0: skip)"
+    )
     p.add_argument("--sizes", default="", help="extra tree sizes for the plot, comma-separated")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--peer-reps", type=int, help="repetitions of rsync's runs (default: --reps)")
-    p.add_argument("--tools", default=",".join(TOOLS),
-                   help=f"comma-separated subset of: {', '.join(TOOLS)}")
+    p.add_argument(
+        "--tools", default=",".join(TOOLS), help=f"comma-separated subset of: {', '.join(TOOLS)}"
+    )
     p.add_argument("--work", type=Path, default=Path("/tmp/syncengine-mount-bench"))
     p.add_argument("--plot", type=Path, help="write a PNG here")
     p.add_argument("--record", action="store_true", help="append to benchmarks/RESULTS.md")
-    p.add_argument("--no-cache", action="store_true",
-                   help="no kernel metadata cache (default: hf-mount's 10 s, 30 s negative)")
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="no kernel metadata cache (default: hf-mount's 10 s, 30 s negative)",
+    )
     args = p.parse_args(argv)
     Setup.cache = not args.no_cache
     args.work.mkdir(parents=True, exist_ok=True)
@@ -305,11 +381,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         plot(result, args.plot)
     cmd = "python benchmarks/mount_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = (f"\n## On the bucket-mount emulator\n\n`{cmd}` ({time.strftime('%Y-%m-%d')}, "
-            f"{os.cpu_count()} cores, {time.monotonic() - t0:.0f} s; latency 2 ms per metadata "
-            f"operation, 50 ms per listing, 30 ms per commit; "
-            f"{'no metadata cache' if args.no_cache else 'metadata cached 10 s, negatives 30 s'}"
-            f"; median of {args.reps} runs, rsync's of {peer_reps})\n\n{table}\n")
+    text = (
+        f"\n## On the bucket-mount emulator\n\n`{cmd}` ({time.strftime('%Y-%m-%d')}, "
+        f"{os.cpu_count()} cores, {time.monotonic() - t0:.0f} s; latency 2 ms per metadata "
+        f"operation, 50 ms per listing, 30 ms per commit; "
+        f"{'no metadata cache' if args.no_cache else 'metadata cached 10 s, negatives 30 s'}"
+        f"; median of {args.reps} runs, rsync's of {peer_reps})\n\n{table}\n"
+    )
     if args.plot:
         text += f"\n![checkpoint time against tree size]({args.plot.name})\n"
     print(text)

@@ -41,7 +41,10 @@ def files(root: Path) -> dict[str, tuple[int, int, int]]:
         for name in names:
             st = os.stat(os.path.join(dirpath, name))
             out[os.path.relpath(os.path.join(dirpath, name), root)] = (
-                st.st_size, st.st_mtime_ns, st.st_ino)
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ino,
+            )
     return out
 
 
@@ -63,10 +66,15 @@ def hour(base: Path, size_mb: int, pattern: str, plain_after: float) -> Counter[
     path.write_bytes(LINE * (size_mb * 4096))
     os.utime(path, ns=(T0, T0))
     now = [T0 + 5 * S]
-    raw = {"adapters": [], "plain_after": plain_after, "adapter": [
-        {"name": "x", "live": "x", "durable": "state/x", "segments": ["*.jsonl"]}]}
-    eng = Engine(config_from_dict(raw, env={"AM_LOCAL": str(live), "DATA_DIR": str(data)}),
-                 clock=lambda: now[0])
+    raw = {
+        "adapters": [],
+        "plain_after": plain_after,
+        "adapter": [{"name": "x", "live": "x", "durable": "state/x", "segments": ["*.jsonl"]}],
+    }
+    eng = Engine(
+        config_from_dict(raw, env={"AM_LOCAL": str(live), "DATA_DIR": str(data)}),
+        clock=lambda: now[0],
+    )
     assert eng.checkpoint().ok
     for t in range(300, 600, 15):  # an hour before: the state an hour of work starts from
         now[0] = T0 + t * S
@@ -96,17 +104,21 @@ def main() -> None:
     ap.add_argument("--plain-after", type=float, default=180.0)
     args = ap.parse_args()
     print(f"plain_after = {args.plain_after:g} s; per simulated hour, 240 checkpoints\n")
-    print("| pattern | rollout | segments (objects, bytes) | plain copies (objects, bytes) "
-          "| compaction bases (objects, bytes) | manifest objects |")
+    print(
+        "| pattern | rollout | segments (objects, bytes) | plain copies (objects, bytes) "
+        "| compaction bases (objects, bytes) | manifest objects |"
+    )
     print("|---|---|---|---|---|---|")
     for size in args.size_mb:
         for pattern in ("active", "bursts"):
             with tempfile.TemporaryDirectory(prefix="plainbench-") as tmp:
                 c = hour(Path(tmp), size, pattern, args.plain_after)
-            print(f"| {pattern} | {size} MB + 1 KB / 15 s | {c['segment objects']}, "
-                  f"{c['segment bytes']:,} B | {c['plain objects']}, {c['plain bytes']:,} B "
-                  f"| {c['base objects']}, {c['base bytes']:,} B | {c['manifest objects']} |",
-                  flush=True)
+            print(
+                f"| {pattern} | {size} MB + 1 KB / 15 s | {c['segment objects']}, "
+                f"{c['segment bytes']:,} B | {c['plain objects']}, {c['plain bytes']:,} B "
+                f"| {c['base objects']}, {c['base bytes']:,} B | {c['manifest objects']} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -45,7 +45,8 @@ def _config(path: Path, local: Path, state: Path, bucket: str) -> Path:
         f'durable_root = "s3://{bucket}/agents"\n'
         f"state_dir = {json.dumps(str(state))}\n"
         "adapters = []\n\n"
-        '[[adapter]]\nname = "tree"\nlive = "."\ndurable = "tree"\n')
+        '[[adapter]]\nname = "tree"\nlive = "."\ndurable = "tree"\n'
+    )
     return path
 
 
@@ -71,8 +72,10 @@ class Bench:
         return [sys.executable, "-m", "syncengine", "--config", str(config), "-q", verb]
 
     def rclone(self, src: str, dst: str) -> list[str]:
-        remote = (f":s3,provider=Other,endpoint='{self.server.endpoint}',"
-                  "access_key_id=testing,secret_access_key=testing,region=us-east-1")
+        remote = (
+            f":s3,provider=Other,endpoint='{self.server.endpoint}',"
+            "access_key_id=testing,secret_access_key=testing,region=us-east-1"
+        )
         src = src.replace("REMOTE", remote)
         dst = dst.replace("REMOTE", remote)
         return ["rclone", "copy", "--config", "/dev/null", src, dst]
@@ -91,11 +94,16 @@ def _big_files(live: Path, sizes: list[int]) -> None:
 
 
 def _table(rows: list[tuple[str, str, Sample, int]], args: argparse.Namespace) -> str:
-    lines = [f"## S3: syncengine vs rclone copy ({time.strftime('%Y-%m-%d')}, "
-             f"{platform.node()}, moto on 127.0.0.1)", "",
-             f"Tree: {args.files} files, {args.bytes} plus large files {args.big}; "
-             f"load average at end {os.getloadavg()[0]:.2f}.", "",
-             "| tool | scenario | wall s | peak RSS MiB | requests |", "|---|---|---:|---:|---:|"]
+    lines = [
+        f"## S3: syncengine vs rclone copy ({time.strftime('%Y-%m-%d')}, "
+        f"{platform.node()}, moto on 127.0.0.1)",
+        "",
+        f"Tree: {args.files} files, {args.bytes} plus large files {args.big}; "
+        f"load average at end {os.getloadavg()[0]:.2f}.",
+        "",
+        "| tool | scenario | wall s | peak RSS MiB | requests |",
+        "|---|---|---:|---:|---:|",
+    ]
     for tool, scenario, s, requests in rows:
         rss = f"{s.maxrss_kb / 1024:.0f}" if s.maxrss_kb else "-"
         lines.append(f"| {tool} | {scenario} | {s.seconds:.2f} | {rss} | {requests} |")
@@ -124,21 +132,33 @@ def main(argv: list[str] | None = None) -> int:
             bench = Bench(work, server)
             config = _config(work / "se.toml", live, work / "state", "bench-se")
             bench.run("syncengine", "full checkpoint", bench.syncengine(config, "checkpoint"))
-            bench.run("rclone copy", "full checkpoint",
-                      bench.rclone(str(live), "REMOTE:bench-rclone/agents/tree"))
+            bench.run(
+                "rclone copy",
+                "full checkpoint",
+                bench.rclone(str(live), "REMOTE:bench-rclone/agents/tree"),
+            )
             bench.run("syncengine", "idle checkpoint", bench.syncengine(config, "checkpoint"))
-            bench.run("rclone copy", "idle checkpoint",
-                      bench.rclone(str(live), "REMOTE:bench-rclone/agents/tree"))
+            bench.run(
+                "rclone copy",
+                "idle checkpoint",
+                bench.rclone(str(live), "REMOTE:bench-rclone/agents/tree"),
+            )
             mutate(live, 1, args.seed)
             bench.run("syncengine", "1-line append", bench.syncengine(config, "checkpoint"))
-            bench.run("rclone copy", "1-line append",
-                      bench.rclone(str(live), "REMOTE:bench-rclone/agents/tree"))
+            bench.run(
+                "rclone copy",
+                "1-line append",
+                bench.rclone(str(live), "REMOTE:bench-rclone/agents/tree"),
+            )
             target = work / "restored-se"
             target.mkdir()
             restore_cfg = _config(work / "re.toml", target, work / "state-re", "bench-se")
             bench.run("syncengine", "full restore", bench.syncengine(restore_cfg, "restore"))
-            bench.run("rclone copy", "full restore",
-                      bench.rclone("REMOTE:bench-rclone/agents/tree", str(work / "restored-rc")))
+            bench.run(
+                "rclone copy",
+                "full restore",
+                bench.rclone("REMOTE:bench-rclone/agents/tree", str(work / "restored-rc")),
+            )
         finally:
             server.stop()
     table = _table(bench.rows, args)

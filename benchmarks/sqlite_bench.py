@@ -71,8 +71,12 @@ print("done", len(samples), flush=True)
 def writer_running(db: Path, rate: float, samples: Path) -> Iterator[list[str]]:
     """`WRITER` committing to `db` at `rate` per second while the block runs; the list
     yielded receives its last line ("done N") when the block ends."""
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(rate), str(samples)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(db), str(rate), str(samples)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert writer.stdin is not None and writer.stdout is not None
     said: list[str] = []
     try:
@@ -97,8 +101,10 @@ def build_db(path: Path, size_mb: int) -> None:
         batch = 5000
         for start in range(0, rows, batch):
             con.execute("BEGIN")
-            con.executemany("INSERT INTO big(k, v) VALUES (hex(randomblob(8)), randomblob(1000))",
-                            [()] * min(batch, rows - start))
+            con.executemany(
+                "INSERT INTO big(k, v) VALUES (hex(randomblob(8)), randomblob(1000))",
+                [()] * min(batch, rows - start),
+            )
             con.execute("COMMIT")
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
@@ -106,8 +112,7 @@ def build_db(path: Path, size_mb: int) -> None:
 
 
 def ours(db: Path, work: Path) -> float:
-    opts = sqlite_backup.Options(staging=work / "staging", quarantine=work / "q",
-                                 busy_timeout=2.0)
+    opts = sqlite_backup.Options(staging=work / "staging", quarantine=work / "q", busy_timeout=2.0)
     t0 = time.perf_counter()
     staged = sqlite_backup.stage(str(db), db.name, opts)
     elapsed = time.perf_counter() - t0
@@ -122,12 +127,12 @@ def cli(db: Path, work: Path) -> float:
     out = work / "cli-backup.db"
     t0 = time.perf_counter()
     try:  # the CLI backs up 100 pages per step and restarts when another process writes
-        subprocess.run(["sqlite3", str(db), f".backup '{out}'"], check=True,
-                       timeout=CLI_TIMEOUT)
+        subprocess.run(["sqlite3", str(db), f".backup '{out}'"], check=True, timeout=CLI_TIMEOUT)
     except subprocess.TimeoutExpired:
         return float("inf")
-    res = subprocess.run(["sqlite3", str(out), "PRAGMA quick_check"], check=True,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["sqlite3", str(out), "PRAGMA quick_check"], check=True, capture_output=True, text=True
+    )
     elapsed = time.perf_counter() - t0
     assert res.stdout.strip() == "ok", res.stdout
     for suffix in ("", "-wal", "-shm"):
@@ -135,8 +140,9 @@ def cli(db: Path, work: Path) -> float:
     return elapsed
 
 
-def measure(kind: str, db: Path, work: Path, runs: int,
-            windows: list[tuple[str, float, float]]) -> list[float]:
+def measure(
+    kind: str, db: Path, work: Path, runs: int, windows: list[tuple[str, float, float]]
+) -> list[float]:
     func = ours if kind == "syncengine" else cli
     times = []
     for _ in range(runs):
@@ -178,8 +184,9 @@ def main() -> int:
             base_start = time.monotonic()
             time.sleep(args.baseline_s)  # the writer alone: the baseline latency window
             base_end = time.monotonic()
-            busy = {k: measure(k, db, work, args.runs, windows)
-                    for k in ("syncengine", "sqlite3 CLI")}
+            busy = {
+                k: measure(k, db, work, args.runs, windows) for k in ("syncengine", "sqlite3 CLI")
+            }
         done = said[0]
         samples = json.loads(samples_file.read_text())
         rate = len(samples) / (samples[-1][0] - samples[0][0]) if len(samples) > 1 else 0.0
@@ -188,22 +195,37 @@ def main() -> int:
         def lat(kind: str | None) -> list[float]:
             if kind is None:
                 return [d for t, d in samples if base_start <= t < base_end]
-            return [d for t, d in samples
-                    if any(k == kind and s <= t < e for k, s, e in windows)]
+            return [d for t, d in samples if any(k == kind and s <= t < e for k, s, e in windows)]
 
         rows = []
         base = lat(None)
-        rows.append(("writer alone (baseline)", "", "", f"{max(base) * 1e3:.1f}",
-                     f"{pct(base, 0.99) * 1e3:.1f}", str(len(base))))
+        rows.append(
+            (
+                "writer alone (baseline)",
+                "",
+                "",
+                f"{max(base) * 1e3:.1f}",
+                f"{pct(base, 0.99) * 1e3:.1f}",
+                str(len(base)),
+            )
+        )
+
         def med(times: list[float]) -> str:
             m = statistics.median(times)
             return f"> {CLI_TIMEOUT:g} (did not finish)" if m == float("inf") else f"{m:.3f}"
 
         for kind in ("syncengine", "sqlite3 CLI"):
             lw = lat(kind)
-            rows.append((kind, med(idle[kind]), med(busy[kind]),
-                         f"{max(lw) * 1e3:.1f}" if lw else "-",
-                         f"{pct(lw, 0.99) * 1e3:.1f}" if lw else "-", str(len(lw))))
+            rows.append(
+                (
+                    kind,
+                    med(idle[kind]),
+                    med(busy[kind]),
+                    f"{max(lw) * 1e3:.1f}" if lw else "-",
+                    f"{pct(lw, 0.99) * 1e3:.1f}" if lw else "-",
+                    str(len(lw)),
+                )
+            )
         ratio_idle = statistics.median(idle["syncengine"]) / statistics.median(idle["sqlite3 CLI"])
         ratio_busy = statistics.median(busy["syncengine"]) / statistics.median(busy["sqlite3 CLI"])
         lines = [

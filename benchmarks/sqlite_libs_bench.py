@@ -118,9 +118,14 @@ class Worker:
     """One library's interpreter; `snap()` times one snapshot (wall, cpu) or gives None."""
 
     def __init__(self, lib: str, db: Path, work: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", ONE, lib, str(db), str(work)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, cwd=HERE.parent)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", ONE, lib, str(db), str(work)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=HERE.parent,
+        )
         assert self.proc.stdout is not None
         self.version = self.proc.stdout.readline().strip()
         self.error = None if self.version else self._error()
@@ -149,8 +154,9 @@ class Worker:
         self.proc.wait(timeout=60)
 
 
-def rounds(workers: dict[str, Worker], db: Path, runs: int, *, idle: bool
-           ) -> dict[str, list[tuple[float, float]]]:
+def rounds(
+    workers: dict[str, Worker], db: Path, runs: int, *, idle: bool
+) -> dict[str, list[tuple[float, float]]]:
     """`runs` rounds, each library once per round (interleaved: load shared alike)."""
     out: dict[str, list[tuple[float, float]]] = {lib: [] for lib in workers}
     for _ in range(runs):
@@ -173,8 +179,10 @@ def fmt(samples: list[tuple[float, float]]) -> tuple[str, str]:
     """Median wall and median CPU seconds."""
     if not samples:
         return "-", "-"
-    return (f"{statistics.median(t[0] for t in samples):.3f}",
-            f"{statistics.median(t[1] for t in samples):.3f}")
+    return (
+        f"{statistics.median(t[0] for t in samples):.3f}",
+        f"{statistics.median(t[1] for t in samples):.3f}",
+    )
 
 
 def main() -> int:
@@ -215,16 +223,22 @@ def main() -> int:
     return 0
 
 
-def _table(workers: dict[str, Worker], idle: dict[str, list[tuple[float, float]]],
-           busy: dict[str, list[tuple[float, float]]], size: int, rate: float, runs: int
-           ) -> str:
+def _table(
+    workers: dict[str, Worker],
+    idle: dict[str, list[tuple[float, float]]],
+    busy: dict[str, list[tuple[float, float]]],
+    size: int,
+    rate: float,
+    runs: int,
+) -> str:
     rows = []
     for lib, w in workers.items():
         if w.error is not None and not idle[lib]:
             rows.append(f"| {lib} | not available ({w.error}) | | | | |")
             continue
-        rows.append(f"| {lib} | {w.version} | {' | '.join(fmt(idle[lib]))} | "
-                    f"{' | '.join(fmt(busy[lib]))} |")
+        rows.append(
+            f"| {lib} | {w.version} | {' | '.join(fmt(idle[lib]))} | {' | '.join(fmt(busy[lib]))} |"
+        )
     ratios = []
     base = idle.get("sqlite3")
     for lib in workers:
@@ -232,19 +246,21 @@ def _table(workers: dict[str, Worker], idle: dict[str, list[tuple[float, float]]
             a = statistics.median(t[0] for t in idle[lib])
             b = statistics.median(t[0] for t in base)
             ratios.append(f"{lib} {a / b:.2f}x")
-    return "\n".join([
-        f"db {size / 1e6:.0f} MB (WAL), {runs} interleaved rounds, writer at {rate:.0f} "
-        f"commits/s, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; snapshot = "
-        "read-only open + one-step backup + quick_check of the copy; cpu = the worker's "
-        "user+system time",
-        "",
-        "| library | SQLite | idle wall (s) | idle cpu (s) | under writer wall (s) "
-        "| under writer cpu (s) |",
-        "|---|---|---|---|---|---|",
-        *rows,
-        "",
-        "median wall time idle, against the standard library: " + (", ".join(ratios) or "-"),
-    ])
+    return "\n".join(
+        [
+            f"db {size / 1e6:.0f} MB (WAL), {runs} interleaved rounds, writer at {rate:.0f} "
+            f"commits/s, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; snapshot = "
+            "read-only open + one-step backup + quick_check of the copy; cpu = the worker's "
+            "user+system time",
+            "",
+            "| library | SQLite | idle wall (s) | idle cpu (s) | under writer wall (s) "
+            "| under writer cpu (s) |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+            "median wall time idle, against the standard library: " + (", ".join(ratios) or "-"),
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -32,12 +32,23 @@ if TYPE_CHECKING:
 # Public names, imported on first use (PEP 562): a one-shot `syncengine checkpoint`
 # then never loads the watcher, the journal or the maintenance commands.
 _EXPORTS = {
-    "AdapterSpec": "config", "Config": "config", "config_from_dict": "config",
-    "load_config": "config", "Engine": "engine", "ConfigError": "errors",
-    "DurableError": "errors", "Incomplete": "errors", "LockBusy": "errors",
-    "SourceError": "errors", "SyncEngineError": "errors", "Journal": "ops.journal",
-    "Prompt": "ops.journal", "AdapterReport": "report", "PathError": "report",
-    "Report": "report", "Runner": "daemon.runner",
+    "AdapterSpec": "config",
+    "Config": "config",
+    "config_from_dict": "config",
+    "load_config": "config",
+    "Engine": "engine",
+    "ConfigError": "errors",
+    "DurableError": "errors",
+    "Incomplete": "errors",
+    "LockBusy": "errors",
+    "SourceError": "errors",
+    "SyncEngineError": "errors",
+    "Journal": "ops.journal",
+    "Prompt": "ops.journal",
+    "AdapterReport": "report",
+    "PathError": "report",
+    "Report": "report",
+    "Runner": "daemon.runner",
 }
 
 

@@ -25,16 +25,25 @@ import attrs
 from syncengine.errors import ConfigError
 
 ADAPTER_KEYS = frozenset(
-    {"name", "description", "live", "durable", "exclude", "sqlite", "segments", "migrate",
-     "live_env", "durable_env"}
+    {
+        "name",
+        "description",
+        "live",
+        "durable",
+        "exclude",
+        "sqlite",
+        "segments",
+        "migrate",
+        "live_env",
+        "durable_env",
+    }
 )
 # An environment reference: a variable name, optionally followed by a path below it.
 ENV_REF = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(/[^\x00]*)?\Z")
 # [[migrate]] steps: action -> (required keys, optional keys)
 MIGRATE_ACTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "unlink_symlink": (frozenset({"path"}), frozenset({"target"})),
-    "copy_tree": (frozenset({"from"}),
-                  frozenset({"to", "rename_to", "if_symlink", "link_to"})),
+    "copy_tree": (frozenset({"from"}), frozenset({"to", "rename_to", "if_symlink", "link_to"})),
     "quarantine": (frozenset({"patterns", "to"}), frozenset()),
     "snapshot_open": (frozenset({"patterns"}), frozenset()),
 }
@@ -94,35 +103,58 @@ def migrate_steps(value: Any, where: str) -> tuple[MigrateStep, ...]:
     for n, table in enumerate(value, 1):
         action = table.get("action")
         if action not in MIGRATE_ACTIONS:
-            raise ConfigError(f"{where}: migrate step {n}: action must be one of "
-                              f"{', '.join(MIGRATE_ACTIONS)}, not {action!r}")
+            raise ConfigError(
+                f"{where}: migrate step {n}: action must be one of "
+                f"{', '.join(MIGRATE_ACTIONS)}, not {action!r}"
+            )
         required, optional = MIGRATE_ACTIONS[action]
         keys = set(table) - {"action"}
         if required - keys or keys - required - optional:
             bad = sorted(required - keys) or sorted(keys - required - optional)
-            raise ConfigError(f"{where}: migrate step {n} ({action}): key {bad[0]!r} is "
-                              f"{'missing' if required - keys else 'not valid here'}; keys: "
-                              f"{', '.join(sorted(required | optional))}")
+            raise ConfigError(
+                f"{where}: migrate step {n} ({action}): key {bad[0]!r} is "
+                f"{'missing' if required - keys else 'not valid here'}; keys: "
+                f"{', '.join(sorted(required | optional))}"
+            )
         for key, val in table.items():
-            ok = (isinstance(val, list) and all(plain_text(v) for v in val)
-                  if key == "patterns" else isinstance(val, str) and "\x00" not in val)
+            ok = (
+                isinstance(val, list) and all(plain_text(v) for v in val)
+                if key == "patterns"
+                else isinstance(val, str) and "\x00" not in val
+            )
             if not ok:
                 raise ConfigError(f"{where}: migrate step {n}: {key} has the wrong type")
         if table.get("if_symlink", "skip") not in ("skip", "unlink"):
             raise ConfigError(f"{where}: migrate step {n}: if_symlink is 'skip' or 'unlink'")
         if table.get("link_to") and not table.get("rename_to"):
-            raise ConfigError(f"{where}: migrate step {n}: link_to needs rename_to (a real "
-                              "directory at `from` is renamed before the link replaces it)")
-        steps.append(MigrateStep(
-            action=action, path=table.get("path", ""), target=table.get("target", ""),
-            source=table.get("from", ""), to=table.get("to", ""),
-            rename_to=table.get("rename_to", ""), if_symlink=table.get("if_symlink", "skip"),
-            link_to=table.get("link_to", ""), patterns=tuple(table.get("patterns", ()))))
+            raise ConfigError(
+                f"{where}: migrate step {n}: link_to needs rename_to (a real "
+                "directory at `from` is renamed before the link replaces it)"
+            )
+        steps.append(
+            MigrateStep(
+                action=action,
+                path=table.get("path", ""),
+                target=table.get("target", ""),
+                source=table.get("from", ""),
+                to=table.get("to", ""),
+                rename_to=table.get("rename_to", ""),
+                if_symlink=table.get("if_symlink", "skip"),
+                link_to=table.get("link_to", ""),
+                patterns=tuple(table.get("patterns", ())),
+            )
+        )
     return tuple(steps)
 
 
-def adapter_spec(table: Mapping[str, Any], local_root: Path, durable_root: Path, *,
-                 live: Path | None = None, durable: Path | None = None) -> AdapterSpec:
+def adapter_spec(
+    table: Mapping[str, Any],
+    local_root: Path,
+    durable_root: Path,
+    *,
+    live: Path | None = None,
+    durable: Path | None = None,
+) -> AdapterSpec:
     """One adapter table, checked, with its paths resolved against the roots.
 
     `live` / `durable`: where `place` found the trees (default: the table's
@@ -143,8 +175,9 @@ def adapter_spec(table: Mapping[str, Any], local_root: Path, durable_root: Path,
     for key in ("exclude", "sqlite", "segments"):
         value = table.get(key, [])
         if not isinstance(value, list) or not all(plain_text(v) for v in value):
-            raise ConfigError(f"{origin}: adapter {name!r}: {key} must be a list of "
-                              "non-empty strings")
+            raise ConfigError(
+                f"{origin}: adapter {name!r}: {key} must be a list of non-empty strings"
+            )
         lists[key] = tuple(value)
     if not isinstance(table.get("description", ""), str):
         raise ConfigError(f"{origin}: adapter {name!r}: description must be a string")
@@ -167,8 +200,10 @@ def adapter_spec(table: Mapping[str, Any], local_root: Path, durable_root: Path,
 def adapter_name(table: Mapping[str, Any]) -> str:
     name = table.get("name")
     if not plain_text(name) or "/" in name or name.startswith("."):
-        raise ConfigError(f"{table.get('__origin__', 'config')}: [[adapter]] name must be a "
-                          "plain non-empty string")
+        raise ConfigError(
+            f"{table.get('__origin__', 'config')}: [[adapter]] name must be a "
+            "plain non-empty string"
+        )
     return name
 
 
@@ -180,11 +215,14 @@ def env_refs(table: Mapping[str, Any], key: str) -> tuple[str, ...]:
     """The adapter's `live_env` / `durable_env`, checked: ``NAME`` or ``NAME/path``."""
     value = table.get(key, [])
     if not isinstance(value, list) or not all(
-            isinstance(v, str) and ENV_REF.match(v) for v in value):
-        raise ConfigError(f"{table.get('__origin__', 'config')}: adapter "
-                          f"{table.get('name')!r}: {key} must be a list of environment "
-                          'variable names, each optionally followed by a path ("NAME" or '
-                          '"NAME/sub/dir")')
+        isinstance(v, str) and ENV_REF.match(v) for v in value
+    ):
+        raise ConfigError(
+            f"{table.get('__origin__', 'config')}: adapter "
+            f"{table.get('name')!r}: {key} must be a list of environment "
+            'variable names, each optionally followed by a path ("NAME" or '
+            '"NAME/sub/dir")'
+        )
     return tuple(value)
 
 
@@ -200,9 +238,16 @@ class Placed:
         return not self.source.startswith("default")
 
 
-def place(table: Mapping[str, Any], key: str, *, env: Mapping[str, str],
-          from_file: Mapping[str, Any], file_origin: str, file_dir: Path | None,
-          from_flag: Mapping[str, str]) -> Placed | None:
+def place(
+    table: Mapping[str, Any],
+    key: str,
+    *,
+    env: Mapping[str, str],
+    from_file: Mapping[str, Any],
+    file_origin: str,
+    file_dir: Path | None,
+    from_flag: Mapping[str, str],
+) -> Placed | None:
     """Where the `key` ("live" or "durable") tree of the adapter `table` is.
 
     Precedence: a flag (``--live NAME=DIR``), the config file's ``[live]`` /
@@ -216,8 +261,9 @@ def place(table: Mapping[str, Any], key: str, *, env: Mapping[str, str],
     if name in from_file:
         value = from_file[name]
         if not plain_text(value):
-            raise ConfigError(f"{file_origin}: [{key}] {name} must be a non-empty path string, "
-                              f"not {value!r}")
+            raise ConfigError(
+                f"{file_origin}: [{key}] {name} must be a non-empty path string, not {value!r}"
+            )
         return Placed(_absolute(value, file_dir), file_origin)
     for ref in env_refs(table, f"{key}_env"):
         match = ENV_REF.match(ref)
@@ -227,8 +273,9 @@ def place(table: Mapping[str, Any], key: str, *, env: Mapping[str, str],
             if "\x00" in value:
                 raise ConfigError(f"env ${match[1]}: contains a NUL character")
             below = (match[2] or "").lstrip("/")
-            return Placed(_absolute(os.path.join(value, below) if below else value, None),
-                          f"env ${ref}")
+            return Placed(
+                _absolute(os.path.join(value, below) if below else value, None), f"env ${ref}"
+            )
     return None
 
 

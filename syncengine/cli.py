@@ -41,16 +41,26 @@ class _JsonFormatter(logging.Formatter):
         if not isinstance(event, str):
             word = msg.split(" ", 1)[0]
             event = word if msg[:1].isalpha() and "." in word else ""
-        return json.dumps({"ts": round(record.created, 6), "level": record.levelname.lower(),
-                           "event": event, "msg": msg})
+        return json.dumps(
+            {
+                "ts": round(record.created, 6),
+                "level": record.levelname.lower(),
+                "event": event,
+                "msg": msg,
+            }
+        )
 
 
 def _setup_logging(verbose: int, quiet: bool, as_json: bool = False) -> None:
-    level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else
-                                           logging.INFO if verbose else logging.WARNING)
+    level = (
+        logging.WARNING
+        if quiet
+        else (logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
+    )
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter() if as_json else
-                         logging.Formatter("syncengine %(levelname)s %(message)s"))
+    handler.setFormatter(
+        _JsonFormatter() if as_json else logging.Formatter("syncengine %(levelname)s %(message)s")
+    )
     root = logging.getLogger("syncengine")
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -78,16 +88,23 @@ def _print_report(report: Report, quiet: bool) -> None:
                 extra += f", {a.plain_copies} transcript(s) whole at their plain path"
             if a.dirs:
                 extra += f", {a.dirs} director{'y' if a.dirs == 1 else 'ies'}"
-            print(f"{a.name}: {verb} {a.files} file(s), {a.bytes} bytes, "
-                  f"{a.unchanged} unchanged{extra}")
+            print(
+                f"{a.name}: {verb} {a.files} file(s), {a.bytes} bytes, "
+                f"{a.unchanged} unchanged{extra}"
+            )
         for e in a.errors:
             print(f"syncengine: {e}", file=sys.stderr)
     for message, names in stopped.items():
-        print(f"syncengine: {report.operation} stopped ({', '.join(names)}): {message}",
-              file=sys.stderr)
+        print(
+            f"syncengine: {report.operation} stopped ({', '.join(names)}): {message}",
+            file=sys.stderr,
+        )
     if not report.ok:
-        print(f"syncengine: {report.operation} incomplete: {len(report.errors)} path error(s), "
-              f"{sum(len(n) for n in stopped.values())} adapter(s) stopped", file=sys.stderr)
+        print(
+            f"syncengine: {report.operation} incomplete: {len(report.errors)} path error(s), "
+            f"{sum(len(n) for n in stopped.values())} adapter(s) stopped",
+            file=sys.stderr,
+        )
 
 
 def _progress_bar(args: argparse.Namespace, stream: TextIO) -> TextIO | None:
@@ -112,8 +129,10 @@ def _print_status(status: dict[str, Any]) -> None:
         print(f"  {key:<13} {value}  ({source})")
     caps = status.get("durable_probe")
     if caps:
-        print(f"durable root probe ({_fmt_time(caps.get('probed_ns'))}, "
-              f"{caps.get('fstype') or 'unknown fs'}): {caps['summary']}")
+        print(
+            f"durable root probe ({_fmt_time(caps.get('probed_ns'))}, "
+            f"{caps.get('fstype') or 'unknown fs'}): {caps['summary']}"
+        )
     elif str(status["config"]["durable_root"][0]).startswith("s3 "):
         print("durable root probe: none (an S3 bucket, reached through its API)")
     else:
@@ -127,21 +146,27 @@ def _print_status(status: dict[str, Any]) -> None:
         print(f"last restore: {state} at {_fmt_time(restore.get('finished_ns'))}")
     lib = status.get("sqlite") or {}
     if lib:
-        print(f"SQLite library: {lib['version']} ({lib.get('library', '?')}"
-              f"{', bundled' if lib.get('bundled') else ''})")
+        print(
+            f"SQLite library: {lib['version']} ({lib.get('library', '?')}"
+            f"{', bundled' if lib.get('bundled') else ''})"
+        )
         if lib.get("warning"):
             print(f"  WARNING: {lib['warning']}")
     daemon = status.get("daemon")
     if daemon:
         state = f"running (pid {daemon.get('pid')})" if daemon.get("running") else "not running"
-        print(f"daemon: {state}, mode {daemon.get('mode')}, interval {daemon.get('interval')}s, "
-              f"last pass {_fmt_time(daemon.get('last_pass_ns'))}"
-              + (f", last error: {daemon['last_error']}" if daemon.get("last_error") else "")
-              + (", FINAL CHECKPOINT INCOMPLETE" if daemon.get("final_ok") is False else ""))
+        print(
+            f"daemon: {state}, mode {daemon.get('mode')}, interval {daemon.get('interval')}s, "
+            f"last pass {_fmt_time(daemon.get('last_pass_ns'))}"
+            + (f", last error: {daemon['last_error']}" if daemon.get("last_error") else "")
+            + (", FINAL CHECKPOINT INCOMPLETE" if daemon.get("final_ok") is False else "")
+        )
     print("adapters:")
     for a in status["adapters"]:
-        print(f"  {a['name']}: {a['live']} ({a['live_source']}) -> {a['durable']} "
-              f"({a['durable_source']})")
+        print(
+            f"  {a['name']}: {a['live']} ({a['live_source']}) -> {a['durable']} "
+            f"({a['durable_source']})"
+        )
         if a.get("warning"):
             print(f"    WARNING: {a['warning']}")
         if not a["live_exists"] and not a["indexed_files"] and not a.get("total_files"):
@@ -149,22 +174,34 @@ def _print_status(status: dict[str, Any]) -> None:
             continue
         if not a["live_exists"]:
             print("    live tree does not exist (it had files: restore brings them back)")
-        print(f"    last checkpoint: {_fmt_time(a.get('last_checkpoint_ns'))}; "
-              f"last pass published {a.get('last_files', 0)} file(s), "
-              f"{a.get('last_bytes', 0)} bytes; total {a.get('total_files', 0)} file(s), "
-              f"{a.get('total_bytes', 0)} bytes; {a['indexed_files']} indexed")
+        print(
+            f"    last checkpoint: {_fmt_time(a.get('last_checkpoint_ns'))}; "
+            f"last pass published {a.get('last_files', 0)} file(s), "
+            f"{a.get('last_bytes', 0)} bytes; total {a.get('total_files', 0)} file(s), "
+            f"{a.get('total_bytes', 0)} bytes; {a['indexed_files']} indexed"
+        )
         if a.get("unconfirmed"):
-            print(f"    {a['unconfirmed']} path(s) published through the write-back mount and "
-                  "not confirmed in the bucket (checked again at the next start)")
+            print(
+                f"    {a['unconfirmed']} path(s) published through the write-back mount and "
+                "not confirmed in the bucket (checked again at the next start)"
+            )
         for db in a.get("databases", []):
-            print(f"    database {db['path']}: last snapshot {_fmt_time(db.get('snapshot_ns'))}, "
-                  f"{db.get('size', 0)} bytes")
+            print(
+                f"    database {db['path']}: last snapshot {_fmt_time(db.get('snapshot_ns'))}, "
+                f"{db.get('size', 0)} bytes"
+            )
         running = bool(daemon and daemon.get("running"))
         if a.get("loss_window_s") is not None:
             pending = a.get("pending")
-            print(f"    loss window: {a.get('loss_window_s')}s since the last checkpoint"
-                  + ("" if not running else "; pending: " + (
-                      "full walk due" if pending is None else f"{pending} changed path(s)")))
+            print(
+                f"    loss window: {a.get('loss_window_s')}s since the last checkpoint"
+                + (
+                    ""
+                    if not running
+                    else "; pending: "
+                    + ("full walk due" if pending is None else f"{pending} changed path(s)")
+                )
+            )
         if a.get("last_error"):
             print(f"    last error: {a['last_error']}")
 
@@ -175,8 +212,7 @@ def _export(engine: Engine, path: str, adapter: str | None, output: str | None) 
         sys.stdout.buffer.flush()
         return 0
     out_dir = os.path.dirname(os.path.abspath(output))
-    with savefile.staged(out_dir, source_mode=0o644) as tmp, \
-            os.fdopen(os.dup(tmp.fd), "wb") as f:
+    with savefile.staged(out_dir, source_mode=0o644) as tmp, os.fdopen(os.dup(tmp.fd), "wb") as f:
         engine.export(path, f, adapter=adapter)
         f.flush()
         tmp.close(mode=0o644)
@@ -191,16 +227,20 @@ def _journal(engine: Engine, action: str, session: str) -> int:
         print(f"recorded {p.name} ({p.size} bytes)")
         return 0
     out = sys.stdout.buffer
-    for prompt, data in (journal.export(session) if action == "export" else
-                         ((p, b"") for p in journal.list(session))):
+    for prompt, data in (
+        journal.export(session) if action == "export" else ((p, b"") for p in journal.list(session))
+    ):
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(prompt.time_ns / 1e9))
-        out.write(f"{prompt.seq} {when} {prompt.size} {prompt.name}\n".encode()
-                  if action == "list" else
-                  f"--- prompt {prompt.seq} {when} {prompt.size} bytes\n".encode())
+        out.write(
+            f"{prompt.seq} {when} {prompt.size} {prompt.name}\n".encode()
+            if action == "list"
+            else f"--- prompt {prompt.seq} {when} {prompt.size} bytes\n".encode()
+        )
         if action == "export":
             out.write(data + b"\n")
     out.flush()
     return 0
+
 
 def _run(engine: Engine, args: argparse.Namespace) -> int:
     from syncengine.daemon.runner import Runner
@@ -208,8 +248,9 @@ def _run(engine: Engine, args: argparse.Namespace) -> int:
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
-        print("syncengine run: missing COMMAND (syncengine run -- COMMAND [ARGS...])",
-              file=sys.stderr)
+        print(
+            "syncengine run: missing COMMAND (syncengine run -- COMMAND [ARGS...])", file=sys.stderr
+        )
         return 2
     runner = Runner(engine, watch=not args.no_watch)  # interval: config, or --interval
     return Supervisor(runner, cmd, grace=args.grace, stop_timeout=args.stop_timeout).run()
@@ -218,12 +259,17 @@ def _run(engine: Engine, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose, args.quiet, args.log_json)
-    overrides = {"local_root": args.local_root, "durable_root": args.durable_root,
-                 "state_dir": args.state_dir, "jobs": args.jobs,
-                 **{key: dict([*(getattr(args, key) or ()),
-                               *(getattr(args, f"{key}_after", None) or ())])
-                    for key in ("live", "durable")},
-                 "interval": getattr(args, "interval", None)}  # run --interval
+    overrides = {
+        "local_root": args.local_root,
+        "durable_root": args.durable_root,
+        "state_dir": args.state_dir,
+        "jobs": args.jobs,
+        **{
+            key: dict([*(getattr(args, key) or ()), *(getattr(args, f"{key}_after", None) or ())])
+            for key in ("live", "durable")
+        },
+        "interval": getattr(args, "interval", None),
+    }  # run --interval
     engine = None
     try:
         engine = Engine.from_file(args.config, overrides=overrides)
@@ -245,10 +291,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(engine, args)
         if args.command == "explain":
             from syncengine.ops import explain
+
             return explain.command(engine, args.adapter, args.paths, args.json)
         if args.command == "verify":
-            vrep = engine.verify(args.adapters, sample=args.sample, strict=args.strict,
-                                 restart=args.restart, limit=args.max_entries)
+            vrep = engine.verify(
+                args.adapters,
+                sample=args.sample,
+                strict=args.strict,
+                restart=args.restart,
+                limit=args.max_entries,
+            )
             print(json.dumps(vrep.to_json(), indent=2) if args.json else "\n".join(vrep.lines()))
             return vrep.exit_code
         if args.command == "gc":
@@ -262,8 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"syncengine: migrate: {err}", file=sys.stderr)
             return mrep.exit_code
         if args.command == "checkpoint":
-            report = engine.checkpoint(args.adapters, wait=not args.no_wait,
-                                       dry_run=args.dry_run, final=args.final)
+            report = engine.checkpoint(
+                args.adapters, wait=not args.no_wait, dry_run=args.dry_run, final=args.final
+            )
         else:
             report = engine.restore(args.adapters, dry_run=args.dry_run)
     except SyncEngineError as exc:

@@ -51,36 +51,82 @@ def _global_options(group: argparse._ActionsContainer, *, after: bool = False) -
     After the command (`after`) they default to SUPPRESS, so an option given
     only before the command is not reset by the subcommand's defaults.
     """
+
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if after else value
 
-    group.add_argument("--config", metavar="PATH", default=default(None),
-                       help="TOML config file (default: $SYNCENGINE_CONFIG)")
-    group.add_argument("--local-root", metavar="DIR", default=default(None),
-                       help="live state root (default: $AM_LOCAL); must exist")
-    group.add_argument("--durable-root", metavar="DIR", default=default(None),
-                       help="durable root, usually the bucket mount (default: $DATA_DIR or "
-                            "/data)")
-    group.add_argument("--state-dir", metavar="DIR", default=default(None),
-                       help="local index, lock and status (default: <local-root>/.syncengine)")
-    group.add_argument("--jobs", type=int, metavar="N", default=default(None),
-                       help="parallel file copies, 1 to 256 (default 8)")
+    group.add_argument(
+        "--config",
+        metavar="PATH",
+        default=default(None),
+        help="TOML config file (default: $SYNCENGINE_CONFIG)",
+    )
+    group.add_argument(
+        "--local-root",
+        metavar="DIR",
+        default=default(None),
+        help="live state root (default: $AM_LOCAL); must exist",
+    )
+    group.add_argument(
+        "--durable-root",
+        metavar="DIR",
+        default=default(None),
+        help="durable root, usually the bucket mount (default: $DATA_DIR or /data)",
+    )
+    group.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        default=default(None),
+        help="local index, lock and status (default: <local-root>/.syncengine)",
+    )
+    group.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        default=default(None),
+        help="parallel file copies, 1 to 256 (default 8)",
+    )
     # repeatable: given after the command too, they add to (not replace) those before it
-    group.add_argument("--live", type=_assignment, action="append", metavar="ADAPTER=DIR",
-                       default=default(None), dest="live_after" if after else "live",
-                       help="an adapter's live tree (repeatable; default: its variable, "
-                            "e.g. $CODEX_HOME, else under --local-root)")
-    group.add_argument("--durable", type=_assignment, action="append",
-                       metavar="ADAPTER=DIR", default=default(None),
-                       dest="durable_after" if after else "durable",
-                       help="an adapter's durable tree (repeatable; default: its variable, "
-                            "e.g. $CODEX_DURABLE, else under --durable-root)")
-    group.add_argument("-v", "--verbose", action="count", default=default(0),
-                       help="more log lines (-v: progress and passes; -vv: debug)")
-    group.add_argument("-q", "--quiet", action="store_true", default=default(False),
-                       help="only warnings and errors")
-    group.add_argument("--log-json", action="store_true", default=default(False),
-                       help='log JSON lines {"ts","level","event","msg"} on stderr')
+    group.add_argument(
+        "--live",
+        type=_assignment,
+        action="append",
+        metavar="ADAPTER=DIR",
+        default=default(None),
+        dest="live_after" if after else "live",
+        help="an adapter's live tree (repeatable; default: its variable, "
+        "e.g. $CODEX_HOME, else under --local-root)",
+    )
+    group.add_argument(
+        "--durable",
+        type=_assignment,
+        action="append",
+        metavar="ADAPTER=DIR",
+        default=default(None),
+        dest="durable_after" if after else "durable",
+        help="an adapter's durable tree (repeatable; default: its variable, "
+        "e.g. $CODEX_DURABLE, else under --durable-root)",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=default(0),
+        help="more log lines (-v: progress and passes; -vv: debug)",
+    )
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default(False),
+        help="only warnings and errors",
+    )
+    group.add_argument(
+        "--log-json",
+        action="store_true",
+        default=default(False),
+        help='log JSON lines {"ts","level","event","msg"} on stderr',
+    )
 
 
 def _assignment(text: str) -> tuple[str, str]:
@@ -97,9 +143,11 @@ def _command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _checked(rule: str, ok: Callable[[float], bool], *, whole: bool = False
-             ) -> Callable[[str], float]:
+def _checked(
+    rule: str, ok: Callable[[float], bool], *, whole: bool = False
+) -> Callable[[str], float]:
     """An argparse type: a finite number for which `ok` holds, else exit 2 saying `rule`."""
+
     def parse(text: str) -> float:
         try:
             value = int(text) if whole else float(text)
@@ -108,6 +156,7 @@ def _checked(rule: str, ok: Callable[[float], bool], *, whole: bool = False
         if not (math.isfinite(value) and ok(value)):
             raise argparse.ArgumentTypeError(f"{text} is out of range: {rule}")
         return value
+
     return parse
 
 
@@ -120,8 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="syncengine",
         description="Checkpoint coding-agent state from local disk to a durable "
-                    "(object-storage) mount, and restore it.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "(object-storage) mount, and restore it.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"syncengine {__version__}")
     _global_options(p.add_argument_group("global options (also accepted after COMMAND)"))
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -134,114 +185,186 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _pass_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """checkpoint, restore and status."""
-    c = _command(sub, "checkpoint", help="publish what changed since the last checkpoint",
-                       description="Walk the live trees (never the durable side), publish new "
-                       "and changed files as closed objects, then record them in a manifest. "
-                       "Deletions are not propagated.")
+    c = _command(
+        sub,
+        "checkpoint",
+        help="publish what changed since the last checkpoint",
+        description="Walk the live trees (never the durable side), publish new "
+        "and changed files as closed objects, then record them in a manifest. "
+        "Deletions are not propagated.",
+    )
     c.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
     c.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
-    c.add_argument("--final", action="store_true",
-                   help="the writers have stopped: publish append-only logs to their exact "
-                        "end, trailing partial line included (shutdown checkpoint)")
-    c.add_argument("--no-wait", action="store_true",
-                   help="skip (exit 0) if another checkpoint or restore is running "
-                        "(for timers); by default wait for it")
+    c.add_argument(
+        "--final",
+        action="store_true",
+        help="the writers have stopped: publish append-only logs to their exact "
+        "end, trailing partial line included (shutdown checkpoint)",
+    )
+    c.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="skip (exit 0) if another checkpoint or restore is running "
+        "(for timers); by default wait for it",
+    )
 
-    r = _command(sub, "restore", help="fill the live trees from the durable checkpoint",
-                       description="Copy files that are missing locally or older than the "
-                       "durable copy; never overwrite a newer local file; never write outside "
-                       "the live root.")
+    r = _command(
+        sub,
+        "restore",
+        help="fill the live trees from the durable checkpoint",
+        description="Copy files that are missing locally or older than the "
+        "durable copy; never overwrite a newer local file; never write outside "
+        "the live root.",
+    )
     r.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
     r.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
 
-    s = _command(sub, "status", help="effective configuration and per-adapter state",
-                       description="Show each configuration value and where it came from, and "
-                       "per adapter the last checkpoint, files and bytes published, and errors. "
-                       "Reads local state only.")
+    s = _command(
+        sub,
+        "status",
+        help="effective configuration and per-adapter state",
+        description="Show each configuration value and where it came from, and "
+        "per adapter the last checkpoint, files and bytes published, and errors. "
+        "Reads local state only.",
+    )
     s.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _durable_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """export, verify, gc, migrate and journal: reading and maintaining the durable side."""
-    e = _command(sub, "export", help="write the durable copy of one file (a transcript "
-                       "rebuilt from its segments)",
-                       description="Rebuild PATH from the durable side (base + segments, "
-                       "verified) and write it to stdout or -o FILE. PATH is absolute under an "
-                       "adapter's live tree or relative to it.")
+    e = _command(
+        sub,
+        "export",
+        help="write the durable copy of one file (a transcript rebuilt from its segments)",
+        description="Rebuild PATH from the durable side (base + segments, "
+        "verified) and write it to stdout or -o FILE. PATH is absolute under an "
+        "adapter's live tree or relative to it.",
+    )
     e.add_argument("path", metavar="PATH")
     e.add_argument("--adapter", metavar="NAME", help="the adapter PATH belongs to")
     e.add_argument("-o", "--output", metavar="FILE", help="write here (atomically), not stdout")
 
-    v = _command(sub, "verify", help="check the durable side against the manifest",
-                       description="Every manifest entry exists with its recorded size; a "
-                       "sample is read back and hashed; SQLite snapshots pass quick_check "
-                       "(on a local copy); files no entry names are listed. Resumes where an "
-                       "interrupted run stopped (progress in <state_dir>/verify/).")
+    v = _command(
+        sub,
+        "verify",
+        help="check the durable side against the manifest",
+        description="Every manifest entry exists with its recorded size; a "
+        "sample is read back and hashed; SQLite snapshots pass quick_check "
+        "(on a local copy); files no entry names are listed. Resumes where an "
+        "interrupted run stopped (progress in <state_dir>/verify/).",
+    )
     v.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
-    v.add_argument("--sample", type=_percent, default=10.0, metavar="PERCENT",
-                   help="read back and hash this share of the files (default 10; 100 = all)")
-    v.add_argument("--strict", action="store_true",
-                   help="unlisted durable files fail the run too")
+    v.add_argument(
+        "--sample",
+        type=_percent,
+        default=10.0,
+        metavar="PERCENT",
+        help="read back and hash this share of the files (default 10; 100 = all)",
+    )
+    v.add_argument("--strict", action="store_true", help="unlisted durable files fail the run too")
     v.add_argument("--restart", action="store_true", help="ignore saved progress")
-    v.add_argument("--max-entries", type=_positive, metavar="N",
-                   help="check at most N entries per adapter, then save progress and stop")
+    v.add_argument(
+        "--max-entries",
+        type=_positive,
+        metavar="N",
+        help="check at most N entries per adapter, then save progress and stop",
+    )
     v.add_argument("--json", action="store_true", help="machine-readable output")
 
-    g = _command(sub, "gc", help="delete tombstoned files and superseded objects (dry run "
-                       "unless --apply)",
-                       description="A file deleted locally is deleted from the durable side "
-                       "only after [gc] absent_passes checkpoints and grace_seconds, and only "
-                       "with --apply. Also removes staging leftovers, superseded manifest "
-                       "objects and superseded segment chains. Refuses while a restore is "
-                       "incomplete or the local tree looks empty or partial.")
+    g = _command(
+        sub,
+        "gc",
+        help="delete tombstoned files and superseded objects (dry run unless --apply)",
+        description="A file deleted locally is deleted from the durable side "
+        "only after [gc] absent_passes checkpoints and grace_seconds, and only "
+        "with --apply. Also removes staging leftovers, superseded manifest "
+        "objects and superseded segment chains. Refuses while a restore is "
+        "incomplete or the local tree looks empty or partial.",
+    )
     g.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
     g.add_argument("--apply", action="store_true", help="really delete (default: dry run)")
 
-    m = _command(sub, "migrate", help="move a deployment from the old rsync layout",
-                       description="What the design's entrypoint did before restore: create "
-                       "every live and durable directory, then run each adapter's [[migrate]] "
-                       "steps: copy open files, unlink the old symlink, quarantine cache "
-                       "databases, copy legacy directories under $HOME into the checkpoints "
-                       "(keeping or renaming them) and link $HOME/.local/share/opencode and "
-                       "$HOME/.hermes to their live trees. Nothing is deleted; a second run "
-                       "changes nothing.")
+    m = _command(
+        sub,
+        "migrate",
+        help="move a deployment from the old rsync layout",
+        description="What the design's entrypoint did before restore: create "
+        "every live and durable directory, then run each adapter's [[migrate]] "
+        "steps: copy open files, unlink the old symlink, quarantine cache "
+        "databases, copy legacy directories under $HOME into the checkpoints "
+        "(keeping or renaming them) and link $HOME/.local/share/opencode and "
+        "$HOME/.hermes to their live trees. Nothing is deleted; a second run "
+        "changes nothing.",
+    )
     m.add_argument("--dry-run", action="store_true", help="print the plan, touch nothing")
 
-    j = _command(sub, "journal", help="the input journal: one durable object per prompt",
-                       description="record: read one prompt (any bytes) from stdin and return "
-                       "once it is a closed object on the durable side. list / export: the "
-                       "session's prompts in order.")
+    j = _command(
+        sub,
+        "journal",
+        help="the input journal: one durable object per prompt",
+        description="record: read one prompt (any bytes) from stdin and return "
+        "once it is a closed object on the durable side. list / export: the "
+        "session's prompts in order.",
+    )
     j.add_argument("action", choices=("record", "list", "export"))
     j.add_argument("--session", required=True, metavar="ID", help="session id (any text)")
 
 
 def _explain_and_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """explain (the live tree against the rules) and run (the container entrypoint)."""
-    x = _command(sub, "explain", help="what a checkpoint does with each path of an "
-                 "adapter's live tree, and which rule decided it",
-                 description="For every path of ADAPTER's live tree (or each PATH): "
-                 "publish, segments, snapshot, unlisted-db, companion, link, exclude, "
-                 "special, internal or dir, with the pattern and the file it comes "
-                 "from. Reads the live tree only.")
+    x = _command(
+        sub,
+        "explain",
+        help="what a checkpoint does with each path of an "
+        "adapter's live tree, and which rule decided it",
+        description="For every path of ADAPTER's live tree (or each PATH): "
+        "publish, segments, snapshot, unlisted-db, companion, link, exclude, "
+        "special, internal or dir, with the pattern and the file it comes "
+        "from. Reads the live tree only.",
+    )
     x.add_argument("adapter", metavar="ADAPTER")
-    x.add_argument("paths", nargs="*", metavar="PATH",
-                   help="only these paths (absolute, or relative to the live tree)")
+    x.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="only these paths (absolute, or relative to the live tree)",
+    )
     x.add_argument("--json", action="store_true", help="machine-readable output")
 
-    u = _command(sub, "run", help="restore, run COMMAND, checkpoint until it exits",
-                       description="Container entrypoint: restore (COMMAND is not started if "
-                       "the restore is incomplete), start COMMAND, checkpoint every interval "
-                       "(inotify hints when available), forward SIGTERM/SIGINT/SIGHUP, take a "
-                       "final checkpoint, exit with COMMAND's status; 75 when COMMAND exited 0 "
-                       "but the final checkpoint was incomplete (state since the last complete "
-                       "checkpoint is not durable).")
-    u.add_argument("--interval", type=float, metavar="S",
-                   help="seconds between checkpoints, 0.1 to 86400 (default: interval, 15)")
-    u.add_argument("--grace", type=_seconds, default=1.0, metavar="S",
-                   help="after a signal, wait this long for COMMAND before the final "
-                        "checkpoint (default 1)")
-    u.add_argument("--stop-timeout", type=_seconds, default=10.0, metavar="S",
-                   help="SIGKILL COMMAND this long after the signal (default 10)")
-    u.add_argument("--no-watch", action="store_true",
-                   help="walk the trees every pass instead of using inotify hints")
+    u = _command(
+        sub,
+        "run",
+        help="restore, run COMMAND, checkpoint until it exits",
+        description="Container entrypoint: restore (COMMAND is not started if "
+        "the restore is incomplete), start COMMAND, checkpoint every interval "
+        "(inotify hints when available), forward SIGTERM/SIGINT/SIGHUP, take a "
+        "final checkpoint, exit with COMMAND's status; 75 when COMMAND exited 0 "
+        "but the final checkpoint was incomplete (state since the last complete "
+        "checkpoint is not durable).",
+    )
+    u.add_argument(
+        "--interval",
+        type=float,
+        metavar="S",
+        help="seconds between checkpoints, 0.1 to 86400 (default: interval, 15)",
+    )
+    u.add_argument(
+        "--grace",
+        type=_seconds,
+        default=1.0,
+        metavar="S",
+        help="after a signal, wait this long for COMMAND before the final checkpoint (default 1)",
+    )
+    u.add_argument(
+        "--stop-timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="S",
+        help="SIGKILL COMMAND this long after the signal (default 10)",
+    )
+    u.add_argument(
+        "--no-watch",
+        action="store_true",
+        help="walk the trees every pass instead of using inotify hints",
+    )
     u.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")

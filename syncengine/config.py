@@ -42,9 +42,27 @@ from syncengine.durable.s3.location import S3Location
 from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
-    {"local_root", "durable_root", "state_dir", "interval", "adapters", "adapter", "jobs",
-     "journal_dir", "sqlite_busy_timeout", "rescan_interval", "gc", "require_mount",
-     "write_back", "rclone_rc", "confirm_timeout", "home", "live", "durable", "plain_after"}
+    {
+        "local_root",
+        "durable_root",
+        "state_dir",
+        "interval",
+        "adapters",
+        "adapter",
+        "jobs",
+        "journal_dir",
+        "sqlite_busy_timeout",
+        "rescan_interval",
+        "gc",
+        "require_mount",
+        "write_back",
+        "rclone_rc",
+        "confirm_timeout",
+        "home",
+        "live",
+        "durable",
+        "plain_after",
+    }
 )
 GC_KEYS = frozenset({"absent_passes", "grace_seconds", "min_present_ratio", "staging_seconds"})
 DEFAULT_INTERVAL = 15.0
@@ -53,6 +71,8 @@ DEFAULT_SQLITE_BUSY_TIMEOUT = 2.0
 DEFAULT_RESCAN_INTERVAL = 600.0
 DEFAULT_CONFIRM_TIMEOUT = 60.0  # seconds a pass waits for a write-back mount's uploads
 DEFAULT_PLAIN_AFTER = 180.0  # a transcript quiet this long is published whole at its path
+
+
 @attrs.frozen
 class GcConfig:
     """The `[gc]` table: when a deleted file becomes a tombstone and when it may go."""
@@ -128,8 +148,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {path} does not exist: check --config") from exc
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start} cannot be "
-                          "decoded): save it as UTF-8") from exc
+        raise ConfigError(
+            f"config file {path}: not UTF-8 text (byte {exc.start} cannot be "
+            "decoded): save it as UTF-8"
+        ) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: invalid TOML: {exc}") from exc
     except OSError as exc:
@@ -184,13 +206,15 @@ def config_from_dict(
         raise ConfigError(
             f"{origin}: unknown key {unknown[0]!r}: valid keys are {', '.join(sorted(TOP_KEYS))}"
         )
-    layers = _Layers(env, raw, overrides or {}, origin,
-                     Path(base_dir) if base_dir is not None else None)
+    layers = _Layers(
+        env, raw, overrides or {}, origin, Path(base_dir) if base_dir is not None else None
+    )
     local_root = layers.path("local_root", env_key="AM_LOCAL", fix="set AM_LOCAL or local_root")
     durable_root, s3 = _durable_root(layers, env)
     state_dir = layers.path("state_dir", default=str(local_root / ".syncengine"))
-    interval = layers.number("interval", env_key="AGENT_STATE_CHECKPOINT_SECONDS",
-                             default=DEFAULT_INTERVAL)
+    interval = layers.number(
+        "interval", env_key="AGENT_STATE_CHECKPOINT_SECONDS", default=DEFAULT_INTERVAL
+    )
     jobs = int(layers.number("jobs", default=DEFAULT_JOBS))
     rescan = layers.number("rescan_interval", default=DEFAULT_RESCAN_INTERVAL)
     journal_dir = layers.path("journal_dir", default=str(durable_root / "journal"))
@@ -199,20 +223,35 @@ def config_from_dict(
     home = layers.path("home", env_key="HOME") if layers.has("home", "HOME") else None
     require_mount = layers.get("require_mount", None, False)
     if not isinstance(require_mount, bool):
-        raise ConfigError(f"{layers.sources['require_mount']}: require_mount must be true or "
-                          f"false, not {require_mount!r}")
+        raise ConfigError(
+            f"{layers.sources['require_mount']}: require_mount must be true or "
+            f"false, not {require_mount!r}"
+        )
     specs = _adapter_specs(layers, local_root, durable_root)
     check_overlaps(specs, state_dir)
     gc = _gc_config(raw.get("gc", {}), origin)
     write_back, rclone_rc = _write_back(layers)
     confirm = layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)
-    return Config(local_root=local_root, durable_root=durable_root, state_dir=state_dir,
-                  adapters=specs, interval=float(interval), jobs=jobs,
-                  sqlite_busy_timeout=float(busy), rescan_interval=float(rescan),
-                  sources=dict(layers.sources), journal_dir=journal_dir, gc=gc,
-                  require_mount=require_mount, write_back=write_back, rclone_rc=rclone_rc,
-                  confirm_timeout=float(confirm), home=home, plain_after=float(plain_after),
-                  s3=s3)
+    return Config(
+        local_root=local_root,
+        durable_root=durable_root,
+        state_dir=state_dir,
+        adapters=specs,
+        interval=float(interval),
+        jobs=jobs,
+        sqlite_busy_timeout=float(busy),
+        rescan_interval=float(rescan),
+        sources=dict(layers.sources),
+        journal_dir=journal_dir,
+        gc=gc,
+        require_mount=require_mount,
+        write_back=write_back,
+        rclone_rc=rclone_rc,
+        confirm_timeout=float(confirm),
+        home=home,
+        plain_after=float(plain_after),
+        s3=s3,
+    )
 
 
 def _durable_root(layers: _Layers, env: Mapping[str, str]) -> tuple[Path, S3Location | None]:
@@ -232,16 +271,20 @@ def _write_back(layers: _Layers) -> tuple[bool | None, str | None]:
     """`write_back` (true, false or "auto") and `rclone_rc` (host:port, no login)."""
     declared = layers.get("write_back", None, "auto")
     if declared not in (True, False, "auto"):
-        raise ConfigError(f"{layers.sources['write_back']}: write_back must be true, false or "
-                          f'"auto" (detect from the mount), not {declared!r}')
+        raise ConfigError(
+            f"{layers.sources['write_back']}: write_back must be true, false or "
+            f'"auto" (detect from the mount), not {declared!r}'
+        )
     rc = layers.get("rclone_rc", None, None)
-    if rc is not None and (not isinstance(rc, str) or not rc.strip() or "@" in rc
-                           or any(c.isspace() for c in rc)):
+    if rc is not None and (
+        not isinstance(rc, str) or not rc.strip() or "@" in rc or any(c.isspace() for c in rc)
+    ):
         raise ConfigError(
             f"{layers.sources['rclone_rc']}: rclone_rc must be the address of rclone's "
-            "remote control, such as \"127.0.0.1:5572\", with no login in it (run rclone "
+            'remote control, such as "127.0.0.1:5572", with no login in it (run rclone '
             "with --rc --rc-addr 127.0.0.1:5572 and no --rc-user: syncengine reads only "
-            "vfs/stats, which needs none)")
+            "vfs/stats, which needs none)"
+        )
     return (None if declared == "auto" else bool(declared)), rc
 
 
@@ -250,10 +293,13 @@ def _gc_config(table: Any, origin: str) -> GcConfig:
         raise ConfigError(f"{origin}: gc must be a table ([gc])")
     unknown = sorted(set(table) - GC_KEYS)
     if unknown:
-        raise ConfigError(f"{origin}: [gc] unknown key {unknown[0]!r}: valid keys are "
-                          f"{', '.join(sorted(GC_KEYS))}")
-    values: dict[str, Any] = {key: check_number(f"{origin}: [gc]", key, value)
-                              for key, value in table.items()}
+        raise ConfigError(
+            f"{origin}: [gc] unknown key {unknown[0]!r}: valid keys are "
+            f"{', '.join(sorted(GC_KEYS))}"
+        )
+    values: dict[str, Any] = {
+        key: check_number(f"{origin}: [gc]", key, value) for key, value in table.items()
+    }
     return GcConfig(**values)
 
 
@@ -288,8 +334,7 @@ class _Layers:
 
     def has(self, key: str, env_key: str) -> bool:
         """Whether any layer sets `key` (recording "not set" as its source otherwise)."""
-        if (self.overrides.get(key) is not None or key in self.raw
-                or self.env.get(env_key)):
+        if self.overrides.get(key) is not None or key in self.raw or self.env.get(env_key):
             return True
         self.sources[key] = f"not set (${env_key})"
         return False
@@ -298,12 +343,14 @@ class _Layers:
         """A config-file table of adapter name -> value (``[live]``, ``[durable]``)."""
         value = self.raw.get(key, {})
         if not isinstance(value, dict):
-            raise ConfigError(f"{self.origin}: {key} must be a table of adapter name = path "
-                              f"([{key}])")
+            raise ConfigError(
+                f"{self.origin}: {key} must be a table of adapter name = path ([{key}])"
+            )
         return value
 
-    def path(self, key: str, *, env_key: str | None = None, default: str | None = None,
-             fix: str = "") -> Path:
+    def path(
+        self, key: str, *, env_key: str | None = None, default: str | None = None, fix: str = ""
+    ) -> Path:
         value = self.get(key, env_key, default)
         where = self.sources[key]
         if value is None:
@@ -325,13 +372,15 @@ class _Layers:
             try:
                 value = float(value.strip())
             except ValueError:
-                raise ConfigError(f"{self.sources[key]}: {key} must be a number of seconds, "
-                                  f"not {value!r}") from None
+                raise ConfigError(
+                    f"{self.sources[key]}: {key} must be a number of seconds, not {value!r}"
+                ) from None
         return check_number(self.sources[key], key, value)
 
 
-def _adapter_specs(layers: _Layers, local_root: Path, durable_root: Path
-                   ) -> tuple[AdapterSpec, ...]:
+def _adapter_specs(
+    layers: _Layers, local_root: Path, durable_root: Path
+) -> tuple[AdapterSpec, ...]:
     builtins = builtin_adapters()
     enabled = layers.get("adapters", None, None)
     if enabled is None:
@@ -352,13 +401,17 @@ def _adapter_specs(layers: _Layers, local_root: Path, durable_root: Path
         raise ConfigError(f"{layers.origin}: adapter must be an array of tables ([[adapter]])")
     tables.extend({**t, "__origin__": layers.origin, "__builtin__": False} for t in extra)
     if not tables:
-        raise ConfigError(f"{layers.sources['adapters']}: no adapter is enabled: name built-in "
-                          f"ones in adapters ({', '.join(builtins)}) or define one with "
-                          "[[adapter]]")
+        raise ConfigError(
+            f"{layers.sources['adapters']}: no adapter is enabled: name built-in "
+            f"ones in adapters ({', '.join(builtins)}) or define one with "
+            "[[adapter]]"
+        )
     specs: list[AdapterSpec] = []
     seen: set[str] = set()
-    placed = {key: (layers.table(key), dict(layers.overrides.get(key) or {}))
-              for key in ("live", "durable")}
+    placed = {
+        key: (layers.table(key), dict(layers.overrides.get(key) or {}))
+        for key in ("live", "durable")
+    }
     for table in tables:
         name = adapter_name(table)
         if name in seen:
@@ -370,22 +423,45 @@ def _adapter_specs(layers: _Layers, local_root: Path, durable_root: Path
         paths: dict[str, Path | None] = {}
         for key in ("live", "durable"):
             from_file, from_flag = placed[key]
-            found = place(table, key, env=layers.env, from_file=from_file,
-                          file_origin=layers.origin, file_dir=layers.base_dir,
-                          from_flag=from_flag)
+            found = place(
+                table,
+                key,
+                env=layers.env,
+                from_file=from_file,
+                file_origin=layers.origin,
+                file_dir=layers.base_dir,
+                from_flag=from_flag,
+            )
             paths[key] = found.path if found else None
-            layers.sources[f"{key}.{name}"] = found.source if found else (
-                "default" if table.get("__builtin__") else str(table.get("__origin__")))
-        specs.append(adapter_spec(table, local_root, durable_root, live=paths["live"],
-                                  durable=paths["durable"]))
+            layers.sources[f"{key}.{name}"] = (
+                found.source
+                if found
+                else ("default" if table.get("__builtin__") else str(table.get("__origin__")))
+            )
+        specs.append(
+            adapter_spec(
+                table, local_root, durable_root, live=paths["live"], durable=paths["durable"]
+            )
+        )
     for key, (from_file, from_flag) in placed.items():
         for name in [*from_file, *from_flag]:
             if name not in seen:
                 where = f"flag --{key}" if name in from_flag else f"{layers.origin}: [{key}]"
-                raise ConfigError(f"{where}: no enabled adapter {name!r}: enabled adapters "
-                                  f"are {', '.join(sorted(seen))}")
+                raise ConfigError(
+                    f"{where}: no enabled adapter {name!r}: enabled adapters "
+                    f"are {', '.join(sorted(seen))}"
+                )
     return tuple(specs)
 
 
-__all__ = ["AdapterSpec", "Config", "ConfigError", "GcConfig", "MigrateStep", "builtin_adapters",
-           "check_number", "config_from_dict", "load_config"]
+__all__ = [
+    "AdapterSpec",
+    "Config",
+    "ConfigError",
+    "GcConfig",
+    "MigrateStep",
+    "builtin_adapters",
+    "check_number",
+    "config_from_dict",
+    "load_config",
+]

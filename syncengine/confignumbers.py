@@ -35,14 +35,19 @@ def check_number(where: str, key: str, value: Any) -> float:
     their caller parses them first.
     """
     low, high, whole = RANGES[key]
-    what = (f"a whole number from {low:g} to {high:g}" if whole else
-            f"a number from {low:g}" + (f" to {high:g}" if math.isfinite(high) else " up"))
-    if isinstance(value, bool) or not isinstance(value, int | float) or (
-            whole and not isinstance(value, int)):
+    what = (
+        f"a whole number from {low:g} to {high:g}"
+        if whole
+        else f"a number from {low:g}" + (f" to {high:g}" if math.isfinite(high) else " up")
+    )
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (whole and not isinstance(value, int))
+    ):
         fix = ""
         if isinstance(value, str):
-            fix = (f": write {key} = {value.strip()} without quotes"
-                   if _parses(value, whole) else "")
+            fix = f": write {key} = {value.strip()} without quotes" if _parses(value, whole) else ""
         elif isinstance(value, float) and whole and math.isfinite(value):
             fix = f": write {key} = {math.floor(value)} or {math.ceil(value)}"
         kind = "true/false" if isinstance(value, bool) else type(value).__name__

@@ -79,9 +79,15 @@ def open_source(path: str) -> tuple[int, os.stat_result]:
     return fd, st
 
 
-def stream(src: int | Stream, limit: int | None, sink: Callable[[memoryview], object] | None,
-           *, src_name: str, dst_name: str = "", hasher: xxhash.xxh3_64 | None = None
-           ) -> tuple[int, int]:
+def stream(
+    src: int | Stream,
+    limit: int | None,
+    sink: Callable[[memoryview], object] | None,
+    *,
+    src_name: str,
+    dst_name: str = "",
+    hasher: xxhash.xxh3_64 | None = None,
+) -> tuple[int, int]:
     """Read up to `limit` bytes (None: to EOF) of a descriptor or a durable object's stream
     (`Store.open`), feed `sink`; return (bytes, xxh3_64).
 
@@ -119,8 +125,9 @@ def _readv(fd: int, view: memoryview) -> int:
     return os.readv(fd, [view])
 
 
-def in_order(items: Sequence[T], work: Callable[[T], R], *, jobs: int, name: str
-             ) -> Generator[tuple[T, R], None, None]:
+def in_order(
+    items: Sequence[T], work: Callable[[T], R], *, jobs: int, name: str
+) -> Generator[tuple[T, R], None, None]:
     """`work` applied to each item, up to `jobs` at once, results yielded in item order.
 
     One item, or one job, runs inline (no thread).  Closing the generator early
@@ -186,9 +193,17 @@ def _sig(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def upload(store: Store, live_root: str, relpath: str, *, known_hash: int | None,
-           known_size: int | None, dest: str | None = None, sniff_sqlite: bool = False,
-           recent_ns: int | None = None) -> Copied:
+def upload(
+    store: Store,
+    live_root: str,
+    relpath: str,
+    *,
+    known_hash: int | None,
+    known_size: int | None,
+    dest: str | None = None,
+    sniff_sqlite: bool = False,
+    recent_ns: int | None = None,
+) -> Copied:
     """Publish one live file to the store unless its content is already there.
 
     `dest` names the object (default: `relpath`).  With `sniff_sqlite`, a file
@@ -207,8 +222,15 @@ def upload(store: Store, live_root: str, relpath: str, *, known_hash: int | None
         if known_hash is not None and known_size == st.st_size:
             if hash_file(fd, st.st_size, name=src) == known_hash:
                 after = os.fstat(fd)
-                return Copied(False, st.st_size, known_hash, st.st_mode, st.st_mtime_ns,
-                              _sig(st), raced=_sig(after) != _sig(st))
+                return Copied(
+                    False,
+                    st.st_size,
+                    known_hash,
+                    st.st_mode,
+                    st.st_mtime_ns,
+                    _sig(st),
+                    raced=_sig(after) != _sig(st),
+                )
             os.lseek(fd, 0, os.SEEK_SET)
         # committed with the source's mode and mtime (CommitRefused: not written)
         with store.writer(dest, mode=st.st_mode, mtime_ns=st.st_mtime_ns) as out:
@@ -220,8 +242,16 @@ def upload(store: Store, live_root: str, relpath: str, *, known_hash: int | None
     return Copied(True, size, h, st.st_mode, st.st_mtime_ns, _sig(st), raced=raced, object=obj)
 
 
-def _check_copy(fd: int, st: os.stat_result, size: int, digest: int, recent_ns: int | None,
-                *, relpath: str, src: str) -> bool:
+def _check_copy(
+    fd: int,
+    st: os.stat_result,
+    size: int,
+    digest: int,
+    recent_ns: int | None,
+    *,
+    relpath: str,
+    src: str,
+) -> bool:
     """Whether the copy of `size` bytes (hash `digest`) is a content the file really held.
 
     Raise `Changed` when it is not (a writer overwrote part of the file in place
@@ -258,6 +288,20 @@ def _starts_with_header(fd: int) -> bool:
         return False  # the copy that follows reports the read error
 
 
-__all__ = ["SQLITE_HEADER", "Changed", "Copied", "DurableError", "NotRegular", "Published",
-           "SQLiteFile", "SourceError", "Vanished", "hash_file", "link_hash", "open_source",
-           "stream", "unwritten", "upload"]
+__all__ = [
+    "SQLITE_HEADER",
+    "Changed",
+    "Copied",
+    "DurableError",
+    "NotRegular",
+    "Published",
+    "SQLiteFile",
+    "SourceError",
+    "Vanished",
+    "hash_file",
+    "link_hash",
+    "open_source",
+    "stream",
+    "unwritten",
+    "upload",
+]

@@ -74,9 +74,15 @@ def exclusion_patterns(spec: AdapterSpec) -> tuple[str, ...]:
 class Engine:
     """Checkpoint and restore the adapters of one `Config`."""
 
-    def __init__(self, config: Config, *, clock: Callable[[], int] = time.time_ns,
-                 scan_workers: int = 2, progress: Reporter | None = None,
-                 stores: Callable[[Path], Store] = PosixStore) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        clock: Callable[[], int] = time.time_ns,
+        scan_workers: int = 2,
+        progress: Reporter | None = None,
+        stores: Callable[[Path], Store] = PosixStore,
+    ) -> None:
         self.config = config
         self.clock = clock
         if config.s3 is not None and stores is PosixStore:  # durable_root = "s3://..."
@@ -92,7 +98,8 @@ class Engine:
         }
         self._logs: dict[str, Matcher] = {
             s.name: compile_patterns(s.segments, where=f"adapter {s.name!r} segments")
-            for s in config.adapters if s.segments
+            for s in config.adapters
+            if s.segments
         }
         self._passes: Passes | None = None
         self._caps: probe.Capabilities | None = None
@@ -102,14 +109,17 @@ class Engine:
         self.notices = Notices()  # a path's repeated warning is said once per engine
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str] | None = None, *,
-                  env: Mapping[str, str] | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> Engine:
+    def from_file(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> Engine:
         return cls(load_config(path, env=env, overrides=overrides))
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], *, env: Mapping[str, str] | None = None
-                  ) -> Engine:
+    def from_dict(cls, raw: Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> Engine:
         return cls(config_from_dict(raw, env=env if env is not None else {}))
 
     @property
@@ -144,9 +154,16 @@ class Engine:
         return frozenset()
 
     # -- operations ------------------------------------------------------
-    def checkpoint(self, adapters: Sequence[str] | None = None, *, wait: bool = True,
-                   dry_run: bool = False, final: bool = False, hints: Hints | None = None,
-                   lock_timeout: float | None = None) -> Report:
+    def checkpoint(
+        self,
+        adapters: Sequence[str] | None = None,
+        *,
+        wait: bool = True,
+        dry_run: bool = False,
+        final: bool = False,
+        hints: Hints | None = None,
+        lock_timeout: float | None = None,
+    ) -> Report:
         """Publish what changed in each adapter's live tree.
 
         With ``wait=False`` (the periodic timer) a run that finds another one
@@ -163,13 +180,17 @@ class Engine:
         t0 = time.monotonic()
         specs = self.config.select(adapters)
         self.check_local_root()
-        lock = StateLock(self.config.state_dir, wait=wait or lock_timeout is not None,
-                         timeout=lock_timeout)
+        lock = StateLock(
+            self.config.state_dir, wait=wait or lock_timeout is not None, timeout=lock_timeout
+        )
         try:
             lock.acquire()
         except LockBusy:
-            log.info("checkpoint.skipped reason=busy state_dir=%s", self.config.state_dir,
-                     extra={"event": "checkpoint.skipped"})
+            log.info(
+                "checkpoint.skipped reason=busy state_dir=%s",
+                self.config.state_dir,
+                extra={"event": "checkpoint.skipped"},
+            )
             return Report("checkpoint", started, 0.0, (), skipped_busy=True)
         try:
             reports = self.passes.checkpoint(specs, started, dry_run, final, hints or {})
@@ -179,8 +200,9 @@ class Engine:
             raise self.os_error("checkpoint", exc) from exc
         finally:
             lock.release()
-        report = Report("checkpoint", started, time.monotonic() - t0, tuple(reports),
-                        dry_run=dry_run)
+        report = Report(
+            "checkpoint", started, time.monotonic() - t0, tuple(reports), dry_run=dry_run
+        )
         if not dry_run:
             self._write_status(report)
         return report
@@ -194,11 +216,14 @@ class Engine:
             except OSError as exc:
                 raise self.os_error("check the durable side", exc) from exc
         for rep in reports:
-            log.error("durable.check-failed adapter=%s error=%s", rep.name, rep.fatal,
-                      extra={"event": "durable.check-failed"})
+            log.error(
+                "durable.check-failed adapter=%s error=%s",
+                rep.name,
+                rep.fatal,
+                extra={"event": "durable.check-failed"},
+            )
 
-    def restore(self, adapters: Sequence[str] | None = None, *, dry_run: bool = False
-                ) -> Report:
+    def restore(self, adapters: Sequence[str] | None = None, *, dry_run: bool = False) -> Report:
         """Fill each adapter's live tree from its durable checkpoint (never older over newer)."""
         started = self.clock()
         t0 = time.monotonic()
@@ -213,8 +238,7 @@ class Engine:
                     reports = [self.passes.restore(spec, dry_run) for spec in specs]
                 except OSError as exc:
                     raise self.os_error("restore", exc) from exc
-        report = Report("restore", started, time.monotonic() - t0, tuple(reports),
-                        dry_run=dry_run)
+        report = Report("restore", started, time.monotonic() - t0, tuple(reports), dry_run=dry_run)
         if not dry_run:
             self._write_restore_status(report)
         return report
@@ -228,13 +252,18 @@ class Engine:
             raise ConfigError(
                 f"local_root {root} ({where}) does not exist or is not a directory: create it, "
                 "or fix AM_LOCAL / local_root / --local-root (syncengine never creates it, so "
-                "a typo cannot look like a fresh start)")
+                "a typo cannot look like a fresh start)"
+            )
 
     def os_error(self, operation: str, exc: OSError) -> SyncEngineError:
         """An OSError no lower layer translated: one clear error naming the path and the fix
         (durable or local by where the path is; the state dir when it has none)."""
-        return side_error(operation, exc, durable_root=self.config.durable_root,
-                          default_path=self.config.state_dir)
+        return side_error(
+            operation,
+            exc,
+            durable_root=self.config.durable_root,
+            default_path=self.config.state_dir,
+        )
 
     def check_durable_root(self) -> None:
         """Refuse a durable root that is missing, not mounted when it must be, or unhealthy."""
@@ -245,8 +274,11 @@ class Engine:
                 s3_select.check_bucket(self.config)
                 self._bucket_checked = True
             return None
-        probe.check_root(self.config.durable_root, require_mount=self.config.require_mount,
-                         state_dir=self.config.state_dir)
+        probe.check_root(
+            self.config.durable_root,
+            require_mount=self.config.require_mount,
+            state_dir=self.config.state_dir,
+        )
 
     def copy_jobs(self) -> int:
         """Parallel copies: `jobs` on a FUSE or network mount, one thread on a local disk
@@ -260,10 +292,14 @@ class Engine:
     def prepare_store(self, store: Store) -> None:
         """Make `store` publish the way the mount supports (probed once per instance)."""
         caps = self._durable_ready()
-        store.configure(Target(rename_supported=caps.rename_supported,
-                               attrs_after_close=caps.attrs_after_close,
-                               keeps_mtime=caps.set_mtime or caps.attrs_on_handle,
-                               uploads=self._uploads))
+        store.configure(
+            Target(
+                rename_supported=caps.rename_supported,
+                attrs_after_close=caps.attrs_after_close,
+                keeps_mtime=caps.set_mtime or caps.attrs_on_handle,
+                uploads=self._uploads,
+            )
+        )
 
     def _durable_ready(self) -> probe.Capabilities:
         """Health-check the durable root and learn what it supports (once per mount
@@ -276,8 +312,12 @@ class Engine:
         if self._caps is None or self._caps.instance != probe.instance(root):
             self._caps = probe.capabilities(root, self.config.state_dir)
             self._uploads = writeback.uploads(self._caps, self.config)
-            log.info("probe.durable root=%s %s", root, self._caps.describe(),
-                     extra={"event": "probe.durable"})
+            log.info(
+                "probe.durable root=%s %s",
+                root,
+                self._caps.describe(),
+                extra={"event": "probe.durable"},
+            )
         return self._caps
 
     def export(self, path: str, out: BinaryIO, *, adapter: str | None = None) -> int:
@@ -287,17 +327,30 @@ class Engine:
 
         return export.export(self.config, path, out, adapter=adapter, open_store=self.stores)
 
-    def verify(self, adapters: Sequence[str] | None = None, *, sample: float = 10.0,
-               strict: bool = False, restart: bool = False, limit: int | None = None
-               ) -> verify_.VerifyReport:
+    def verify(
+        self,
+        adapters: Sequence[str] | None = None,
+        *,
+        sample: float = 10.0,
+        strict: bool = False,
+        restart: bool = False,
+        limit: int | None = None,
+    ) -> verify_.VerifyReport:
         """Check the durable side against the manifest (see `syncengine.ops.verify`)."""
         from syncengine.ops import verify as verify_
 
         """Check the durable side against the manifest (see `syncengine.ops.verify`)."""
         self.check_durable_root()
         stores = {s.name: self.stores(s.durable) for s in self.config.select(adapters)}
-        return verify_.verify(stores, self.config.state_dir, sample=sample, strict=strict,
-                              restart=restart, limit=limit, progress=self.progress)
+        return verify_.verify(
+            stores,
+            self.config.state_dir,
+            sample=sample,
+            strict=strict,
+            restart=restart,
+            limit=limit,
+            progress=self.progress,
+        )
 
     def gc(self, adapters: Sequence[str] | None = None, *, apply: bool = False) -> gc_.GcReport:
         """Plan (and with `apply`, carry out) garbage collection (see `syncengine.ops.gc`)."""
@@ -305,8 +358,14 @@ class Engine:
 
         self.check_local_root()
         self.check_durable_root()
-        return gc_.run(self.config.select(adapters), self.adapter_state, self.config.gc,
-                       self.config.state_dir, clock=self.clock, apply=apply)
+        return gc_.run(
+            self.config.select(adapters),
+            self.adapter_state,
+            self.config.gc,
+            self.config.state_dir,
+            clock=self.clock,
+            apply=apply,
+        )
 
     def migrate(self, *, dry_run: bool = False) -> migrate_.MigrateReport:
         """Move a deployment from the old rsync layout (see `syncengine.ops.migrate`)."""
@@ -314,8 +373,10 @@ class Engine:
 
         """Move a deployment from the old rsync layout (see `syncengine.ops.migrate`)."""
         if self.config.s3 is not None:
-            raise ConfigError("migrate renames in the durable tree: run it with durable_root "
-                              "on a directory or mount of the bucket, not s3://")
+            raise ConfigError(
+                "migrate renames in the durable tree: run it with durable_root "
+                "on a directory or mount of the bucket, not s3://"
+            )
         self.check_durable_root()
         ctx = migrate_.Setup(self.config, self.clock, self._lazy_store, posix_store.rename_new)
         return migrate_.run(ctx, dry_run=dry_run)
@@ -345,15 +406,17 @@ class Engine:
         try:
             status.write_checkpoint(self.config.state_dir, report)
         except OSError as exc:
-            raise local_error("write status", exc.filename or self.config.state_dir / "status",
-                              exc) from exc
+            raise local_error(
+                "write status", exc.filename or self.config.state_dir / "status", exc
+            ) from exc
 
     def _write_restore_status(self, report: Report) -> None:
         try:
             status.write_restore(self.config.state_dir, report, self.clock())
         except OSError as exc:
-            raise local_error("write restore status",
-                              exc.filename or self.config.state_dir / "restore.json", exc) from exc
+            raise local_error(
+                "write restore status", exc.filename or self.config.state_dir / "restore.json", exc
+            ) from exc
 
     def status(self) -> dict[str, Any]:
         """Effective configuration with sources, and per-adapter state (local files only)."""

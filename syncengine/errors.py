@@ -120,8 +120,10 @@ def _advice(exc: OSError) -> str:
 
 def _local_advice(exc: OSError) -> str:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return ("; free space on the local disk that holds it (or move state_dir with "
-                "--state-dir); the next run recovers")
+        return (
+            "; free space on the local disk that holds it (or move state_dir with "
+            "--state-dir); the next run recovers"
+        )
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return "; make it writable by this user, or point state_dir at a writable local directory"
     return "; check the local disk; the next run retries"
@@ -138,29 +140,41 @@ def durable_error(operation: str, path: str | os.PathLike[str], exc: OSError) ->
     return DurableError(f"{operation} {os.fspath(path)}: {_describe(exc)}{_advice(exc)}")
 
 
-def publish_error(relpath: str, target: str | os.PathLike[str], exc: OSError
-                  ) -> PathConflict | DurableError:
+def publish_error(
+    relpath: str, target: str | os.PathLike[str], exc: OSError
+) -> PathConflict | DurableError:
     """Translate a failed rename into place: a conflict of kinds is this path's
     problem only; anything else stops the run."""
     if exc.errno not in _CONFLICTS:
         return durable_error("publish", target, exc)
-    return PathConflict(relpath, "publish", (
-        f"the durable side keeps a file where this path needs a directory, or a directory "
-        f"where it needs a file ({_describe(exc)}): a deleted local path stays durable. To "
-        f"publish this path, move the old entry under {os.fspath(target)} aside, or exclude "
-        "this path"))
+    return PathConflict(
+        relpath,
+        "publish",
+        (
+            f"the durable side keeps a file where this path needs a directory, or a directory "
+            f"where it needs a file ({_describe(exc)}): a deleted local path stays durable. To "
+            f"publish this path, move the old entry under {os.fspath(target)} aside, or exclude "
+            "this path"
+        ),
+    )
 
 
-def commit_error(relpath: str, target: str | os.PathLike[str], exc: OSError
-                 ) -> CommitRefused | DurableError:
+def commit_error(
+    relpath: str, target: str | os.PathLike[str], exc: OSError
+) -> CommitRefused | DurableError:
     """Translate an error at close (the commit): the mount refused this object (that
     path's error), or the mount is gone, read-only or full (the run stops)."""
     if exc.errno in _MOUNT_DOWN:
         return durable_error("close (commit)", target, exc)
-    return CommitRefused(relpath, "close (commit)", (
-        f"the durable mount refused the object at close ({_describe(exc)}): it was not "
-        f"written and the previous version of {os.fspath(target)}, if any, is kept; "
-        "retried next pass"))
+    return CommitRefused(
+        relpath,
+        "close (commit)",
+        (
+            f"the durable mount refused the object at close ({_describe(exc)}): it was not "
+            f"written and the previous version of {os.fspath(target)}, if any, is kept; "
+            "retried next pass"
+        ),
+    )
 
 
 def source_error(operation: str, path: str, exc: OSError) -> SourceError:
@@ -168,8 +182,13 @@ def source_error(operation: str, path: str, exc: OSError) -> SourceError:
     return SourceError(path, operation, _describe(exc))
 
 
-def side_error(operation: str, exc: OSError, *, durable_root: str | os.PathLike[str],
-               default_path: str | os.PathLike[str]) -> DurableError | LocalError:
+def side_error(
+    operation: str,
+    exc: OSError,
+    *,
+    durable_root: str | os.PathLike[str],
+    default_path: str | os.PathLike[str],
+) -> DurableError | LocalError:
     """An OSError that no lower layer translated, as the error of the side its path is on
     (a path under `durable_root`: durable; anything else, or no path: local)."""
     path = os.fspath(exc.filename) if exc.filename else os.fspath(default_path)

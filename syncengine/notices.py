@@ -23,15 +23,15 @@ class Notices:
         self._said: dict[tuple[str, str, str], str] = {}
         self._lock = threading.Lock()
 
-    def warn(self, event: str, adapter: str, path: str, reason: str, msg: str,
-             *args: object) -> bool:
+    def warn(
+        self, event: str, adapter: str, path: str, reason: str, msg: str, *args: object
+    ) -> bool:
         """Log `msg % args` as a warning the first time (True), else at debug level."""
         key = (event, adapter, path)
         with self._lock:
             repeat = self._said.get(key) == reason
             self._said[key] = reason
-        log.log(logging.DEBUG if repeat else logging.WARNING, msg, *args,
-                extra={"event": event})
+        log.log(logging.DEBUG if repeat else logging.WARNING, msg, *args, extra={"event": event})
         return not repeat
 
     def settled(self, event: str, adapter: str, path: str) -> None:

@@ -77,15 +77,22 @@ class Passes:
                 self._unseeded.add(spec.name)
             self._indexes[spec.name] = index
         state_dir = self.config.state_dir
-        options = sqlite.Options(staging=state_dir / "sqlite-staging",
-                                 quarantine=state_dir / "sqlite-quarantine",
-                                 busy_timeout=self.config.sqlite_busy_timeout)
+        options = sqlite.Options(
+            staging=state_dir / "sqlite-staging",
+            quarantine=state_dir / "sqlite-quarantine",
+            busy_timeout=self.config.sqlite_busy_timeout,
+        )
         return AdapterState(
-            name=spec.name, live=spec.live, store=self.engine.stores(spec.durable), index=index,
+            name=spec.name,
+            live=spec.live,
+            store=self.engine.stores(spec.durable),
+            index=index,
             index_path=index_path,
             staging_marker=checkpoint.staging_marker(state_dir, spec.name),
-            segments=self.engine.log_matcher(spec.name), sqlite=options,
-            sqlite_patterns=spec.sqlite, notices=self.engine.notices,
+            segments=self.engine.log_matcher(spec.name),
+            sqlite=options,
+            sqlite_patterns=spec.sqlite,
+            notices=self.engine.notices,
         )
 
     def adapter_state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:
@@ -96,8 +103,9 @@ class Passes:
             seeding.from_manifest(state)
         return state
 
-    def _states(self, specs: Sequence[AdapterSpec], reports: list[AdapterReport]
-                ) -> list[AdapterState]:
+    def _states(
+        self, specs: Sequence[AdapterSpec], reports: list[AdapterReport]
+    ) -> list[AdapterState]:
         states = []
         for spec in specs:
             try:
@@ -110,12 +118,22 @@ class Passes:
     def scan_jobs(self, states: Sequence[AdapterState], started: int) -> list[ScanJob]:
         """One walk job per adapter, with its directory table when it has a valid one."""
         recent = started - record.GRANULARITY_NS  # directories changed since: list again
-        jobs = [ScanJob(s.name, os.fspath(s.live), self.engine.matcher(s.name), s.index.records,
-                        self.engine.skip_dirs(self.config.adapter(s.name)), s.index.dir_view(),
-                        recent_ns=recent)
-                for s in states]
-        return [attrs.evolve(j, table=tablewalk.load_table(s.index_path, j, s.index))
-                for j, s in zip(jobs, states, strict=True)]
+        jobs = [
+            ScanJob(
+                s.name,
+                os.fspath(s.live),
+                self.engine.matcher(s.name),
+                s.index.records,
+                self.engine.skip_dirs(self.config.adapter(s.name)),
+                s.index.dir_view(),
+                recent_ns=recent,
+            )
+            for s in states
+        ]
+        return [
+            attrs.evolve(j, table=tablewalk.load_table(s.index_path, j, s.index))
+            for j, s in zip(jobs, states, strict=True)
+        ]
 
     def _walk(self, jobs: Sequence[ScanJob], hints: Hints) -> dict[str, ScanResult]:
         """Walk the trees without hints all at once; look only at the hinted paths (and
@@ -125,12 +143,19 @@ class Passes:
         for job in jobs:
             paths = hints.get(job.name)
             if paths is not None:
-                results[job.name] = scan_paths(job, set(paths) | self._recheck.get(job.name,
-                                                                                   set()))
+                results[job.name] = scan_paths(job, set(paths) | self._recheck.get(job.name, set()))
         return results
 
-    def checkpoint(self, specs: Sequence[AdapterSpec], started: int, dry_run: bool,
-                   final: bool, hints: Hints, *, rebuilt: bool = False) -> list[AdapterReport]:
+    def checkpoint(
+        self,
+        specs: Sequence[AdapterSpec],
+        started: int,
+        dry_run: bool,
+        final: bool,
+        hints: Hints,
+        *,
+        rebuilt: bool = False,
+    ) -> list[AdapterReport]:
         """One checkpoint pass over `specs` (the caller holds the state lock)."""
         reports: list[AdapterReport] = []
         states = self._states(specs, reports)
@@ -142,15 +167,25 @@ class Passes:
             t0 = time.monotonic()
             result = results[state.name]
             for path, reason in result.errors:
-                self.engine.notices.warn("scan.error", state.name, path, reason,
-                                         "scan.error adapter=%s path=%s error=%s", state.name,
-                                         path, reason)
+                self.engine.notices.warn(
+                    "scan.error",
+                    state.name,
+                    path,
+                    reason,
+                    "scan.error adapter=%s path=%s error=%s",
+                    state.name,
+                    path,
+                    reason,
+                )
             if not result.exists:
                 reports.append(AdapterReport(state.name))
                 continue
             # a full listing rebuilds the directory table: what it saw, before the pass
-            scanned = (missing_mod.walk_coverage(state, result)
-                       if job.table is None and result.walk is not None else None)
+            scanned = (
+                missing_mod.walk_coverage(state, result)
+                if job.table is None and result.walk is not None
+                else None
+            )
             actions = self._plan(state, result, started)
             if dry_run:
                 reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
@@ -160,9 +195,14 @@ class Passes:
                 reports.append(AdapterReport(state.name, fatal=fatal))
                 continue
             try:
-                rep = checkpoint.run(state, actions, started_ns=started,
-                                     jobs=self.engine.copy_jobs(), final=final,
-                                     progress=self.engine.progress)
+                rep = checkpoint.run(
+                    state,
+                    actions,
+                    started_ns=started,
+                    jobs=self.engine.copy_jobs(),
+                    final=final,
+                    progress=self.engine.progress,
+                )
             except NameTaken as exc:
                 if rebuilt:
                     reports.append(AdapterReport(state.name, fatal=str(exc)))
@@ -171,21 +211,30 @@ class Passes:
                 # manifest object and its index, an older copy of the state dir, another
                 # writer): checkpoint.run dropped the index; this adapter's pass runs
                 # again from one rebuilt from the manifest, publishing what differs.
-                log.warning("checkpoint.manifest-behind adapter=%s: %s; rebuilding the index "
-                            "from the durable manifest", state.name, exc,
-                            extra={"event": "checkpoint.manifest-behind"})
+                log.warning(
+                    "checkpoint.manifest-behind adapter=%s: %s; rebuilding the index "
+                    "from the durable manifest",
+                    state.name,
+                    exc,
+                    extra={"event": "checkpoint.manifest-behind"},
+                )
                 self._indexes.pop(state.name, None)
-                reports.extend(self.checkpoint([self.config.adapter(state.name)], started,
-                                               dry_run, final, {}, rebuilt=True))
+                reports.extend(
+                    self.checkpoint(
+                        [self.config.adapter(state.name)], started, dry_run, final, {}, rebuilt=True
+                    )
+                )
                 continue
             self._after(state, job, result, scanned)
             scan_errors = tuple(PathError(state.name, p, "scan", r) for p, r in result.errors)
-            reports.append(_with(rep, errors=rep.errors + scan_errors,
-                                 duration_s=time.monotonic() - t0))
+            reports.append(
+                _with(rep, errors=rep.errors + scan_errors, duration_s=time.monotonic() - t0)
+            )
         return reports
 
-    def _plan(self, state: AdapterState, result: ScanResult, started: int
-              ) -> tuple[CheckpointAction, ...]:
+    def _plan(
+        self, state: AdapterState, result: ScanResult, started: int
+    ) -> tuple[CheckpointAction, ...]:
         """The adapter's checkpoint plan: every input the planner needs, gathered here."""
         if result.gone is None:
             missing = missing_mod.find_missing(state, result)
@@ -194,7 +243,9 @@ class Passes:
         logs = state.segments is not None
         quiet_ns = self.engine.quiet_ns()
         return plan_actions(
-            result, state.index, missing,
+            result,
+            state.index,
+            missing,
             segments.idle_chains(state.index, started) if logs else frozenset(),
             logs=state.segments,
             sniff=checkpoint.LiveContent(state.live) if state.sqlite is not None else None,
@@ -204,12 +255,14 @@ class Passes:
             trust_hashes=not state.staging_marker.exists(),
         ) + tuple(sqlite.plan_databases(state.live, state.sqlite_patterns, state.index))
 
-    def _ready(self, state: AdapterState, actions: Sequence[CheckpointAction], final: bool
-               ) -> str | None:
+    def _ready(
+        self, state: AdapterState, actions: Sequence[CheckpointAction], final: bool
+    ) -> str | None:
         """Make the durable side ready for this plan; the fatal error if it cannot be."""
         # a final pass also records logs whose newest segments no manifest lists yet
         may_write = any(isinstance(a, (*PUBLISHING, RecordLink, RecordDir)) for a in actions) or (
-            final and bool(segments.unrecorded(state.index)))
+            final and bool(segments.unrecorded(state.index))
+        )
         prepare = functools.partial(self.engine.prepare_store, state.store)
         if may_write and state.name in self._unseeded:
             try:  # only now: an idle pass never reads the durable side
@@ -223,16 +276,19 @@ class Passes:
             state.store.before_first_write(prepare)
         return None
 
-    def _after(self, state: AdapterState, job: ScanJob, result: ScanResult,
-               scanned: dict[str, Any] | None) -> None:
+    def _after(
+        self, state: AdapterState, job: ScanJob, result: ScanResult, scanned: dict[str, Any] | None
+    ) -> None:
         """Keep the directory table in step and remember what to look at again."""
         try:
             tablewalk.keep_table(state.index_path, job, state.index, result, scanned)
         except OSError as exc:  # a cache: the next walk lists every directory instead
-            log.warning("checkpoint.table-unsaved adapter=%s error=%s", state.name,
-                        local_error("save directory table", exc.filename or
-                                    state.index_path.parent, exc),
-                        extra={"event": "checkpoint.table-unsaved"})
+            log.warning(
+                "checkpoint.table-unsaved adapter=%s error=%s",
+                state.name,
+                local_error("save directory table", exc.filename or state.index_path.parent, exc),
+                extra={"event": "checkpoint.table-unsaved"},
+            )
         self._recheck[state.name] = _unsettled(state.index, result.changed)
 
     def plain_phase(self, rep: AdapterReport, started: int, dry_run: bool) -> AdapterReport:
@@ -242,23 +298,38 @@ class Passes:
         if rep.fatal is not None or not spec.segments:
             return rep
         state = self.state(spec)
-        actions = [PlainCopy(p, rec.size, "final checkpoint") for p in sorted(
-            segments.plain_wanted(state.index, started, self.engine.quiet_ns(), final=True))
-            if (rec := state.index.get(p)) is not None]
+        actions = [
+            PlainCopy(p, rec.size, "final checkpoint")
+            for p in sorted(
+                segments.plain_wanted(state.index, started, self.engine.quiet_ns(), final=True)
+            )
+            if (rec := state.index.get(p)) is not None
+        ]
         if dry_run or not actions:
             return _with(rep, plan=rep.plan + tuple(map(str, actions)))
-        state.store.before_first_write(functools.partial(self.engine.prepare_store,
-                                                         state.store))
-        more = checkpoint.run(state, actions, started_ns=started, jobs=self.engine.copy_jobs(),
-                              final=True, progress=self.engine.progress)
-        return _with(rep, files=rep.files + more.files, bytes=rep.bytes + more.bytes,
-                     plain_copies=rep.plain_copies + more.plain_copies,
-                     errors=rep.errors + more.errors, fatal=more.fatal,
-                     manifest=more.manifest or rep.manifest)
+        state.store.before_first_write(functools.partial(self.engine.prepare_store, state.store))
+        more = checkpoint.run(
+            state,
+            actions,
+            started_ns=started,
+            jobs=self.engine.copy_jobs(),
+            final=True,
+            progress=self.engine.progress,
+        )
+        return _with(
+            rep,
+            files=rep.files + more.files,
+            bytes=rep.bytes + more.bytes,
+            plain_copies=rep.plain_copies + more.plain_copies,
+            errors=rep.errors + more.errors,
+            fatal=more.fatal,
+            manifest=more.manifest or rep.manifest,
+        )
 
     # -- the index against the durable side --------------------------------
-    def start_checks(self, states: list[AdapterState], reports: list[AdapterReport], *,
-                     force: bool = False) -> list[AdapterState]:
+    def start_checks(
+        self, states: list[AdapterState], reports: list[AdapterReport], *, force: bool = False
+    ) -> list[AdapterState]:
         """The index against the durable side, for each adapter at a start (a new mount
         instance since its last check, or `force`): see `syncengine.local.seed`."""
         now = probe.instance(self.config.durable_root)
@@ -266,8 +337,10 @@ class Passes:
         for state in states:
             try:
                 forced = force and state.name not in self._restored_fresh
-                if forced or (self._checked.get(state.name) != now
-                              and seeding.due(self.config.state_dir, state.name, now)):
+                if forced or (
+                    self._checked.get(state.name) != now
+                    and seeding.due(self.config.state_dir, state.name, now)
+                ):
                     if not healthy:  # an unmounted root must never look like an empty bucket
                         self.engine.check_durable_root()
                         healthy = True
@@ -297,26 +370,38 @@ class Passes:
             fresh = spec.name in self._unseeded
             self._unseeded.discard(spec.name)  # restore reads the manifest itself
             if not state.store.exists():  # local databases are still checked (sqlite_restore)
-                log.info("restore.nothing adapter=%s durable=%s (no checkpoint yet)", spec.name,
-                         spec.durable, extra={"event": "restore.nothing"})
+                log.info(
+                    "restore.nothing adapter=%s durable=%s (no checkpoint yet)",
+                    spec.name,
+                    spec.durable,
+                    extra={"event": "restore.nothing"},
+                )
             entries, problems, source = restore.durable_entries(state.store, state.index)
             for problem in problems:
                 log.error("manifest.problem %s", problem, extra={"event": "manifest.problem"})
             actions = restore.plan(state, entries, source)
             if dry_run:
                 return AdapterReport(spec.name, plan=tuple(map(str, actions)))
-            log.info("restore.start adapter=%s entries=%d source=%s", spec.name, len(entries),
-                     source, extra={"event": "restore.start"})
-            rep = restore.run(state, actions, jobs=self.engine.copy_jobs(),
-                              progress=self.engine.progress)
+            log.info(
+                "restore.start adapter=%s entries=%d source=%s",
+                spec.name,
+                len(entries),
+                source,
+                extra={"event": "restore.start"},
+            )
+            rep = restore.run(
+                state, actions, jobs=self.engine.copy_jobs(), progress=self.engine.progress
+            )
             if fresh:  # built from what the durable side holds now: it cannot be ahead of it
                 self._remember_checked(spec.name)
         except DurableError as exc:
             return AdapterReport(spec.name, fatal=str(exc))
         # A manifest that lost information cannot prove the tree is whole: a server
         # must not start on it (restore incomplete), even if every listed file came back.
-        lost = tuple(PathError(spec.name, str(spec.durable / ".syncengine/manifest"), "read",
-                               p) for p in problems)
+        lost = tuple(
+            PathError(spec.name, str(spec.durable / ".syncengine/manifest"), "read", p)
+            for p in problems
+        )
         return _with(rep, errors=rep.errors + lost, duration_s=time.monotonic() - t0)
 
     def _remember_checked(self, name: str) -> None:
@@ -329,8 +414,11 @@ class Passes:
 def _unsettled(index: Index, changed: Sequence[Seen]) -> set[str]:
     """Changed paths the index does not yet hold as settled (dirty, or not recorded)."""
     records = index.records
-    return {seen.path for seen in changed
-            if not settled(records.get(seen.path), seen.size, seen.mtime_ns, seen.ctime_ns)}
+    return {
+        seen.path
+        for seen in changed
+        if not settled(records.get(seen.path), seen.size, seen.mtime_ns, seen.ctime_ns)
+    }
 
 
 def _with(rep: AdapterReport, **changes: Any) -> AdapterReport:

@@ -79,8 +79,10 @@ def compile_patterns(patterns: tuple[str, ...] | list[str], *, where: str = "exc
         if not pat or pat.startswith("#"):
             continue
         if pat.startswith("!"):
-            raise ConfigError(f"{where}: pattern {raw!r}: negation (!) is not supported; "
-                              "list only what to exclude")
+            raise ConfigError(
+                f"{where}: pattern {raw!r}: negation (!) is not supported; "
+                "list only what to exclude"
+            )
         dir_only = pat.endswith("/")
         pat = pat.rstrip("/")
         anchored = "/" in pat

@@ -94,8 +94,13 @@ class Progress:
         now = self.reporter.clock()
         if now >= self._next_log:
             self._next_log = now + self.reporter.every
-            log.info("%s.progress adapter=%s %s", self.operation, self.label, self.describe(now),
-                     extra={"event": f"{self.operation}.progress"})
+            log.info(
+                "%s.progress adapter=%s %s",
+                self.operation,
+                self.label,
+                self.describe(now),
+                extra={"event": f"{self.operation}.progress"},
+            )
         if self.reporter.bar is not None and now >= self._next_bar:
             self._next_bar = now + self.reporter.bar_every
             self._draw(now)
@@ -105,9 +110,11 @@ class Progress:
         elapsed = max(now - self.started, 1e-9)
         rate = self.bytes / elapsed
         eta = self._eta(elapsed)
-        return (f"files={self.files}/{self.files_total} bytes={human_bytes(self.bytes)}/"
-                f"{human_bytes(self.bytes_total)} rate={human_bytes(rate)}/s "
-                f"eta={'?' if eta is None else human_seconds(eta)}")
+        return (
+            f"files={self.files}/{self.files_total} bytes={human_bytes(self.bytes)}/"
+            f"{human_bytes(self.bytes_total)} rate={human_bytes(rate)}/s "
+            f"eta={'?' if eta is None else human_seconds(eta)}"
+        )
 
     def _eta(self, elapsed: float) -> float | None:
         """Time left, by bytes when there are bytes to go, else by files."""
@@ -120,15 +127,22 @@ class Progress:
     def _draw(self, now: float) -> None:
         bar = self.reporter.bar
         assert bar is not None
-        share = (self.bytes / self.bytes_total if self.bytes_total else
-                 self.files / self.files_total if self.files_total else 1.0)
+        share = (
+            self.bytes / self.bytes_total
+            if self.bytes_total
+            else self.files / self.files_total
+            if self.files_total
+            else 1.0
+        )
         filled = int(BAR_WIDTH * min(share, 1.0))
         elapsed = max(now - self.started, 1e-9)
         eta = self._eta(elapsed)
-        bar.write(f"\r{self.operation} {self.label} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] "
-                  f"{self.files}/{self.files_total} files {human_bytes(self.bytes)}/"
-                  f"{human_bytes(self.bytes_total)} {human_bytes(self.bytes / elapsed)}/s "
-                  f"ETA {'?' if eta is None else human_seconds(eta)}\x1b[K")
+        bar.write(
+            f"\r{self.operation} {self.label} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] "
+            f"{self.files}/{self.files_total} files {human_bytes(self.bytes)}/"
+            f"{human_bytes(self.bytes_total)} {human_bytes(self.bytes / elapsed)}/s "
+            f"ETA {'?' if eta is None else human_seconds(eta)}\x1b[K"
+        )
         bar.flush()
         self._bar_drawn = True
 

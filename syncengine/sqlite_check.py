@@ -50,8 +50,10 @@ if TYPE_CHECKING:
 
 WAL_RESET_BUG = ((3, 7, 0), (3, 51, 2))  # fixed in 3.51.3
 OK, CORRUPT, UNCHECKED = "ok", "corrupt", "unchecked"
-_MISSING = re.compile(r"(?:unknown function: |no such function: )(\S+?)(?:\(\))?$"
-                      r"|no such collation sequence: (\S+)$|no such module: (\S+)$")
+_MISSING = re.compile(
+    r"(?:unknown function: |no such function: )(\S+?)(?:\(\))?$"
+    r"|no such collation sequence: (\S+)$|no such module: (\S+)$"
+)
 _WHAT = ("function {}()", "collation {}", "virtual-table module {}")
 
 
@@ -87,13 +89,17 @@ class Verdict:
         if self.state == CORRUPT:
             return f"{name}: fails quick_check ({self.detail})"
         newer = self.writer is not None and self.writer > self.library
-        fix = (f"install a newer apsw (SQLite >= {version_text(self.writer)}) next to "
-               "syncengine" if newer and self.writer is not None else
-               "nothing to fix in syncengine if the application that writes it defines this "
-               "itself; otherwise install a newer apsw")
-        return (f"{name}: could not check ({self.detail}; written by SQLite "
-                f"{version_text(self.writer)}, checked with SQLite "
-                f"{version_text(self.library)}); not a sign of corruption; {fix}")
+        fix = (
+            f"install a newer apsw (SQLite >= {version_text(self.writer)}) next to syncengine"
+            if newer and self.writer is not None
+            else "nothing to fix in syncengine if the application that writes it defines this "
+            "itself; otherwise install a newer apsw"
+        )
+        return (
+            f"{name}: could not check ({self.detail}; written by SQLite "
+            f"{version_text(self.writer)}, checked with SQLite "
+            f"{version_text(self.library)}); not a sign of corruption; {fix}"
+        )
 
 
 def version_text(number: int | None) -> str:
@@ -118,11 +124,18 @@ def library_version() -> dict[str, Any]:
     parts = tuple(int(p) for p in version.split(".")[:3])
     low, high = WAL_RESET_BUG
     bug = low <= parts <= high
-    return {"version": version, "library": f"apsw {apsw.apsw_version()}",
-            "bundled": bool(apsw.using_amalgamation), "wal_reset_bug": bug,
-            "warning": (f"SQLite {version} has the WAL-reset corruption bug (3.7.0 to 3.51.2, "
-                        "fixed in 3.51.3): install the apsw wheel, which bundles a newer SQLite")
-            if bug else None}
+    return {
+        "version": version,
+        "library": f"apsw {apsw.apsw_version()}",
+        "bundled": bool(apsw.using_amalgamation),
+        "wal_reset_bug": bug,
+        "warning": (
+            f"SQLite {version} has the WAL-reset corruption bug (3.7.0 to 3.51.2, "
+            "fixed in 3.51.3): install the apsw wheel, which bundles a newer SQLite"
+        )
+        if bug
+        else None,
+    }
 
 
 # -- opening ------------------------------------------------------------------
@@ -148,8 +161,9 @@ def uri(path: str, **params: str) -> str:
 
 
 @contextlib.contextmanager
-def connect(path: str, *, timeout: float, readonly: bool = True,
-            params: Mapping[str, str] | None = None) -> Iterator[apsw.Connection]:
+def connect(
+    path: str, *, timeout: float, readonly: bool = True, params: Mapping[str, str] | None = None
+) -> Iterator[apsw.Connection]:
     """A connection to `path` (read-only by default, URI `params` added), closed after.
 
     The parameter ``vfs`` names the VFS to open it with instead.
@@ -159,8 +173,9 @@ def connect(path: str, *, timeout: float, readonly: bool = True,
     if readonly:
         query = dict(params or {})
         vfs = query.pop("vfs", None)
-        con = apsw.Connection(uri(path, **query), vfs=vfs,
-                              flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        con = apsw.Connection(
+            uri(path, **query), vfs=vfs, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+        )
     else:
         con = apsw.Connection(path)
     try:
@@ -206,15 +221,17 @@ def check(path: str, *, timeout: float = 2.0, recover: bool = False) -> Verdict:
         return Verdict(early[0], early[1], writer, library)
     try:
         try:
-            state, detail = _quick_check(path, timeout, writer, library,
-                                         quiet_params(path, header), readonly=True)
+            state, detail = _quick_check(
+                path, timeout, writer, library, quiet_params(path, header), readonly=True
+            )
         except apsw.ReadOnlyError:
             if not recover:
                 raise
             state, detail = _quick_check(path, timeout, writer, library, {}, readonly=False)
     except (apsw.BusyError, apsw.LockedError) as exc:
-        raise CheckFailed(f"locked by another process for {timeout:g}s ({exc})",
-                          locked=True) from exc
+        raise CheckFailed(
+            f"locked by another process for {timeout:g}s ({exc})", locked=True
+        ) from exc
     except (apsw.CorruptError, apsw.NotADBError) as exc:
         return Verdict(CORRUPT, str(exc), writer, library)
     except apsw.Error as exc:
@@ -240,8 +257,10 @@ def _header_verdict(header: bytes) -> tuple[str, str] | None:
     if len(header) < 100 or not header.startswith(SQLITE_HEADER):
         return CORRUPT, "not a SQLite database: no SQLite header"
     page = struct.unpack(">H", header[16:18])[0]
-    if not (page == 1 or (512 <= page <= 32768 and page & (page - 1) == 0)) \
-            or header[21:24] != b"\x40\x20\x20":
+    if (
+        not (page == 1 or (512 <= page <= 32768 and page & (page - 1) == 0))
+        or header[21:24] != b"\x40\x20\x20"
+    ):
         return CORRUPT, "damaged header (page size or payload fractions)"
     if header[19] > 2 or header[18] > 2:
         return UNCHECKED, f"file format version {header[18]}/{header[19]}, newer than 2"
@@ -251,8 +270,15 @@ def _header_verdict(header: bytes) -> tuple[str, str] | None:
     return None
 
 
-def _quick_check(path: str, timeout: float, writer: int | None, library: int,
-                 params: dict[str, str], *, readonly: bool) -> tuple[str, str]:
+def _quick_check(
+    path: str,
+    timeout: float,
+    writer: int | None,
+    library: int,
+    params: dict[str, str],
+    *,
+    readonly: bool,
+) -> tuple[str, str]:
     import apsw
 
     with connect(path, timeout=timeout, readonly=readonly, params=params) as con:
@@ -314,6 +340,20 @@ def _per_table(con: apsw.Connection, first: str) -> tuple[str, str]:
     return UNCHECKED, f"uses {uses}, which this SQLite lacks; every other table passes"
 
 
-__all__ = ["COMPANIONS", "CORRUPT", "OK", "SQLITE_HEADER", "UNCHECKED", "CheckFailed",
-           "Verdict", "check", "connect", "is_wal", "library_version", "quiet_params",
-           "read_header", "uri", "version_text"]
+__all__ = [
+    "COMPANIONS",
+    "CORRUPT",
+    "OK",
+    "SQLITE_HEADER",
+    "UNCHECKED",
+    "CheckFailed",
+    "Verdict",
+    "check",
+    "connect",
+    "is_wal",
+    "library_version",
+    "quiet_params",
+    "read_header",
+    "uri",
+    "version_text",
+]

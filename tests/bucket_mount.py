@@ -131,8 +131,10 @@ class BucketMount:
         if refuse_containing is not None:
             self.options.append(f"--refuse-containing={refuse_containing}")
         if write_back_s is not None:
-            self.options += [f"--write-back={write_back_s}",
-                             f"--write-back-jitter={write_back_jitter_s}"]
+            self.options += [
+                f"--write-back={write_back_s}",
+                f"--write-back-jitter={write_back_jitter_s}",
+            ]
         if not rename:
             self.options.append(f"--rename-errno={rename_errno}")
         if setattr_mode != "apply":
@@ -178,7 +180,10 @@ class BucketMount:
                 try:
                     self.process = subprocess.Popen(
                         [*command, f"--ready-fd={ready_w}"],
-                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(ready_w,),
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=log,
+                        pass_fds=(ready_w,),
                     )
                 finally:
                     os.close(ready_w)  # so that its death reads as EOF

@@ -68,11 +68,25 @@ __all__ = ["bucket", "bucket_factory", "rclone_factory", "s3_server"]
 
 DURABLE_KINDS = ("dir", "bucket")
 # Read by syncengine's configuration (README "Configuration"): never from the caller's shell.
-DESIGN_VARIABLES = frozenset({
-    "SYNCENGINE_CONFIG", "AGENT_STATE_CHECKPOINT_SECONDS", "CODEX_HOME", "CODEX_DURABLE",
-    "CLAUDE_CONFIG_DIR", "CLAUDE_DURABLE", "GEMINI_CLI_HOME", "GEMINI_LIVE", "GEMINI_DURABLE",
-    "OPENCLAW_STATE_DIR", "OPENCLAW_DURABLE", "OPENCODE_LIVE", "OPENCODE_DURABLE",
-    "HERMES_LIVE", "HERMES_DURABLE"})
+DESIGN_VARIABLES = frozenset(
+    {
+        "SYNCENGINE_CONFIG",
+        "AGENT_STATE_CHECKPOINT_SECONDS",
+        "CODEX_HOME",
+        "CODEX_DURABLE",
+        "CLAUDE_CONFIG_DIR",
+        "CLAUDE_DURABLE",
+        "GEMINI_CLI_HOME",
+        "GEMINI_LIVE",
+        "GEMINI_DURABLE",
+        "OPENCLAW_STATE_DIR",
+        "OPENCLAW_DURABLE",
+        "OPENCODE_LIVE",
+        "OPENCODE_DURABLE",
+        "HERMES_LIVE",
+        "HERMES_DURABLE",
+    }
+)
 RCLONE_KINDS = ("rclone-off", "rclone-writes")
 REPO = Path(__file__).resolve().parent.parent
 
@@ -144,8 +158,9 @@ class Tree:
         assert snapshot(self.backing) == before, "the durable tree changed"
         # "release" is the kernel ending a handle closed before the body began (it
         # arrives asynchronously); a handle opened in the body shows as open/create.
-        done = {k: n for k, n in _diff(ops, self.ops()).items()
-                if k not in allow and k != "release"}
+        done = {
+            k: n for k, n in _diff(ops, self.ops()).items() if k not in allow and k != "release"
+        }
         assert not done, f"operations on the mount: {done}"
 
     @property
@@ -157,15 +172,15 @@ class Tree:
         (the design's per-harness variables would move the trees), and a HOME of its own
         (`migrate` copies, renames and links what it finds under $HOME)."""
         env = {k: v for k, v in os.environ.items() if k not in DESIGN_VARIABLES}
-        env.update(AM_LOCAL=str(self.local), DATA_DIR=str(self.data),
-                   HOME=str(self.base / "home"))
+        env.update(AM_LOCAL=str(self.local), DATA_DIR=str(self.data), HOME=str(self.base / "home"))
         # Child processes import this checkout's syncengine, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         env.update(extra)
         return env
 
-    def write(self, rel: str, data: bytes | str, *, mode: int | None = None,
-              mtime_ns: int | None = None) -> Path:
+    def write(
+        self, rel: str, data: bytes | str, *, mode: int | None = None, mtime_ns: int | None = None
+    ) -> Path:
         """Create a live file (relative to local/)."""
         path = self.local / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -178,30 +193,41 @@ class Tree:
 
 
 def _diff(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
-    return {k: after.get(k, 0) - before.get(k, 0) for k in sorted(set(before) | set(after))
-            if after.get(k, 0) != before.get(k, 0)}
+    return {
+        k: after.get(k, 0) - before.get(k, 0)
+        for k in sorted(set(before) | set(after))
+        if after.get(k, 0) != before.get(k, 0)
+    }
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--fusebucket-no-atomic-trunc", action="store_true",
+        "--fusebucket-no-atomic-trunc",
+        action="store_true",
         help="mount the bucket emulator without atomic O_TRUNC, as some kernels and libfuse "
-             "versions run it (open, then a separate truncate)")
+        "versions run it (open, then a separate truncate)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--fusebucket-no-atomic-trunc"):
         bucket_mount.ATOMIC_TRUNC = False
     config.addinivalue_line(
-        "markers", "dir_only(reason): run with a plain-directory durable root only (not on the "
-        "bucket emulator); say why")
+        "markers",
+        "dir_only(reason): run with a plain-directory durable root only (not on the "
+        "bucket emulator); say why",
+    )
     config.addinivalue_line(
-        "markers", "memory: also run with the durable side in memory (tests/memstore.py) and on "
+        "markers",
+        "memory: also run with the durable side in memory (tests/memstore.py) and on "
         "a real S3 server (tests/s3server.py); "
-        "in-process only")
+        "in-process only",
+    )
     config.addinivalue_line(
-        "markers", "rclone: also run with the durable root on real rclone mounts "
-        "(--vfs-cache-mode off and writes)")
+        "markers",
+        "rclone: also run with the durable root on real rclone mounts "
+        "(--vfs-cache-mode off and writes)",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -221,7 +247,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def durable_kind(request: pytest.FixtureRequest) -> str:
-    """"dir" or "bucket": what `tree.data` is (parametrized by pytest_generate_tests)."""
+    """ "dir" or "bucket": what `tree.data` is (parametrized by pytest_generate_tests)."""
     return str(getattr(request, "param", "dir"))
 
 
@@ -243,8 +269,7 @@ def tree(tmp_path: Path, durable_kind: str, request: pytest.FixtureRequest) -> I
     if durable_kind in RCLONE_KINDS:
         require_rclone()
         with RcloneMount(tmp_path / "bucket", data, durable_kind.split("-", 1)[1]) as rclone:
-            yield Tree(tmp_path, local, data, kind=durable_kind, backing=rclone.view,
-                       rclone=rclone)
+            yield Tree(tmp_path, local, data, kind=durable_kind, backing=rclone.view, rclone=rclone)
         return
     ok, reason = fuse_available()
     if not ok:
@@ -260,19 +285,30 @@ CliRunner = Callable[..., subprocess.CompletedProcess[str]]
 def cli(tree: Tree) -> CliRunner:
     """Run ``syncengine ARGS...`` as a child process against `tree`."""
 
-    def run(*args: str, env: Mapping[str, str] | None = None, check: int | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        check: int | None = None,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
         if tree.memory is not None or tree.s3 is not None:
-            raise pytest.UsageError("a child process cannot reach the test's store factory: "
-                                    "a test marked memory uses `engine`, not `cli`")
+            raise pytest.UsageError(
+                "a child process cannot reach the test's store factory: "
+                "a test marked memory uses `engine`, not `cli`"
+            )
         proc = subprocess.run(
-            [sys.executable, "-m", "syncengine", *args], capture_output=True, text=True,
-            env=dict(env) if env is not None else tree.env(), timeout=timeout, cwd=tree.base,
+            [sys.executable, "-m", "syncengine", *args],
+            capture_output=True,
+            text=True,
+            env=dict(env) if env is not None else tree.env(),
+            timeout=timeout,
+            cwd=tree.base,
         )
         if check is not None:
             assert proc.returncode == check, (
                 f"exit {proc.returncode}, wanted {check}\nstdout:\n{proc.stdout}\n"
-                f"stderr:\n{proc.stderr}")
+                f"stderr:\n{proc.stderr}"
+            )
         return proc
 
     return run

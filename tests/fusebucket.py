@@ -290,8 +290,9 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
             h.dirty = False
         self.count("commit")
 
-    def _write_backing(self, path: str, data: bytes | bytearray, mode: int,
-                       mtime_ns: int | None = None) -> None:
+    def _write_backing(
+        self, path: str, data: bytes | bytearray, mode: int, mtime_ns: int | None = None
+    ) -> None:
         """Replace PATH's object in BACKING at once (a temp file, then os.replace)."""
         dest = self._real(path)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
@@ -314,8 +315,9 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
             if old.path == h.path:
                 old.dropped = True  # only the newest version is uploaded
         delay = self.args.write_back + random.uniform(0, self.args.write_back_jitter)
-        self.uploads.append(Upload(h.path, bytes(h.buf), h.mode, h.mtime_ns,
-                                   time.monotonic() + delay))
+        self.uploads.append(
+            Upload(h.path, bytes(h.buf), h.mode, h.mtime_ns, time.monotonic() + delay)
+        )
         h.dirty, h.dropped = False, True  # the upload stands for it from now on
         self._landing.notify()
         self.count("acknowledge")
@@ -354,8 +356,12 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
             self._landing.notify()
         self._uploader.join()
 
-    def _setattr(self, path: str | None, apply: Callable[[str, os.stat_result], object],
-                 landing: Callable[[Upload], object] | None = None) -> int:
+    def _setattr(
+        self,
+        path: str | None,
+        apply: Callable[[str, os.stat_result], object],
+        landing: Callable[[Upload], object] | None = None,
+    ) -> int:
         """chmod/chown/utimens reach committed objects, and pending uploads."""
         if self.args.no_setattr:
             _fail(errno.EPERM)
@@ -420,14 +426,29 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         h = self.writers.get(fh or 0) or self._writer(path or "")
         if h:
             t = h.mtime_ns
-            return {"st_mode": stat.S_IFREG | h.mode, "st_nlink": 1, "st_size": len(h.buf),
-                    "st_uid": h.uid, "st_gid": h.gid, "st_atime": t, "st_mtime": t, "st_ctime": t}
+            return {
+                "st_mode": stat.S_IFREG | h.mode,
+                "st_nlink": 1,
+                "st_size": len(h.buf),
+                "st_uid": h.uid,
+                "st_gid": h.gid,
+                "st_atime": t,
+                "st_mtime": t,
+                "st_ctime": t,
+            }
         u = self._pending(path or "")
         if u:
             t = u.mtime_ns
-            return {"st_mode": stat.S_IFREG | u.mode, "st_nlink": 1, "st_size": len(u.data),
-                    "st_uid": os.getuid(), "st_gid": os.getgid(), "st_atime": t, "st_mtime": t,
-                    "st_ctime": t}
+            return {
+                "st_mode": stat.S_IFREG | u.mode,
+                "st_nlink": 1,
+                "st_size": len(u.data),
+                "st_uid": os.getuid(),
+                "st_gid": os.getgid(),
+                "st_atime": t,
+                "st_mtime": t,
+                "st_ctime": t,
+            }
         st = self._lstat(path) if path else None
         if st is not None:
             mode = st.st_mode
@@ -436,8 +457,12 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         else:
             _fail(errno.ENOENT)
         attrs = {key: getattr(st, key) for key in STAT_KEYS}
-        return attrs | {"st_mode": mode, "st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns,
-                        "st_ctime": st.st_ctime_ns}
+        return attrs | {
+            "st_mode": mode,
+            "st_atime": st.st_atime_ns,
+            "st_mtime": st.st_mtime_ns,
+            "st_ctime": st.st_ctime_ns,
+        }
 
     @_op("access")
     def access(self, path: str, amode: int) -> int:
@@ -461,8 +486,9 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
         if flags & os.O_ACCMODE == os.O_RDONLY:
             upload = self._pending(path)
             try:
-                fd: int | bytes | None = (upload.data if upload is not None
-                                          else os.open(self._real(path), os.O_RDONLY))
+                fd: int | bytes | None = (
+                    upload.data if upload is not None else os.open(self._real(path), os.O_RDONLY)
+                )
             except FileNotFoundError:
                 if self._writer(path) is None:
                     raise
@@ -661,8 +687,10 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
     def utimens(self, path: str | None, times: tuple[int, int] | None = None) -> int:
         def resolve(old: tuple[int, int]) -> tuple[int, int]:
             now, new = time.time_ns(), times or (UTIME_NOW, UTIME_NOW)
-            a, m = (now if t == UTIME_NOW else o if t == UTIME_OMIT else t
-                    for t, o in zip(new, old, strict=True))
+            a, m = (
+                now if t == UTIME_NOW else o if t == UTIME_OMIT else t
+                for t, o in zip(new, old, strict=True)
+            )
             return a, m
 
         def apply(real: str, st: os.stat_result) -> None:
@@ -713,21 +741,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for kind in ("meta", "list", "commit"):
         p.add_argument(f"--latency-{kind}", type=float, default=0.0, metavar="MS")
     p.add_argument("--kill-mode", choices=("commit", "discard"), default="commit")
-    p.add_argument("--no-atomic-trunc", action="store_true",
-                   help="do not ask for atomic O_TRUNC: the kernel truncates after open")
-    p.add_argument("--refuse-at-close", action="store_true",
-                   help="accept opens for writing without O_TRUNC, fail their close (rclone)")
-    p.add_argument("--write-back", type=float, metavar="S",
-                   help="acknowledge close at once, land the object S seconds later (rclone "
-                        "--vfs-cache-mode writes); SIGKILL loses what has not landed")
-    p.add_argument("--write-back-jitter", type=float, default=0.0, metavar="S",
-                   help="add up to S seconds per object, so uploads land out of order")
-    p.add_argument("--refuse-containing", metavar="TEXT",
-                   help="fail (EPERM) and drop at close any object whose bytes contain TEXT")
-    p.add_argument("--attr-timeout", type=float, default=0.0, metavar="S",
-                   help="kernel cache of attributes and names (hf-mount: 10)")
-    p.add_argument("--negative-timeout", type=float, default=0.0, metavar="S",
-                   help="kernel cache of failed lookups (hf-mount: 30)")
+    p.add_argument(
+        "--no-atomic-trunc",
+        action="store_true",
+        help="do not ask for atomic O_TRUNC: the kernel truncates after open",
+    )
+    p.add_argument(
+        "--refuse-at-close",
+        action="store_true",
+        help="accept opens for writing without O_TRUNC, fail their close (rclone)",
+    )
+    p.add_argument(
+        "--write-back",
+        type=float,
+        metavar="S",
+        help="acknowledge close at once, land the object S seconds later (rclone "
+        "--vfs-cache-mode writes); SIGKILL loses what has not landed",
+    )
+    p.add_argument(
+        "--write-back-jitter",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="add up to S seconds per object, so uploads land out of order",
+    )
+    p.add_argument(
+        "--refuse-containing",
+        metavar="TEXT",
+        help="fail (EPERM) and drop at close any object whose bytes contain TEXT",
+    )
+    p.add_argument(
+        "--attr-timeout",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="kernel cache of attributes and names (hf-mount: 10)",
+    )
+    p.add_argument(
+        "--negative-timeout",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="kernel cache of failed lookups (hf-mount: 30)",
+    )
     p.add_argument("--no-rename", action="store_const", const="EXDEV", dest="rename_errno")
     p.add_argument("--rename-errno", choices=("EXDEV", "ENOSYS", "EPERM", "EOPNOTSUPP"))
     setattr_mode = p.add_mutually_exclusive_group()  # chmod/chown/utimens: no-op, or EPERM
@@ -750,9 +806,16 @@ def main(argv: list[str] | None = None) -> int:
         stats_thread.start()
     try:
         # hard_remove: else libfuse renames an open file on unlink to .fuse_hidden*.
-        _FUSE(bucket, args.mountpoint, foreground=True, fsname="fusebucket", hard_remove=True,
-              attr_timeout=args.attr_timeout, entry_timeout=args.attr_timeout,
-              negative_timeout=args.negative_timeout)
+        _FUSE(
+            bucket,
+            args.mountpoint,
+            foreground=True,
+            fsname="fusebucket",
+            hard_remove=True,
+            attr_timeout=args.attr_timeout,
+            entry_timeout=args.attr_timeout,
+            negative_timeout=args.negative_timeout,
+        )
     except RuntimeError as e:
         if e.args != (8,):  # libfuse's fuse_main_real: the loop ended on SIGTERM/SIGINT
             raise

@@ -18,8 +18,12 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, int, int]]:
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
             st = os.lstat(path)
-            out[os.path.relpath(path, root)] = (st.st_ino, st.st_size, st.st_mtime_ns,
-                                                st.st_ctime_ns)
+            out[os.path.relpath(path, root)] = (
+                st.st_ino,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+            )
     return out
 
 
@@ -67,8 +71,11 @@ while True:  # keep appending, holding the descriptor open, until killed
 
 def start_appender(path: Path, first_lines: int) -> tuple[subprocess.Popen[str], int]:
     """A process that appends to `path` forever; returns it and the size it first reported."""
-    proc = subprocess.Popen([sys.executable, "-c", APPENDER, str(path), str(first_lines)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", APPENDER, str(path), str(first_lines)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line, "appender died before writing"
@@ -83,8 +90,12 @@ class Child:
     """
 
     def __init__(self, script: str, *args: str, ready: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", script, *args],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", script, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         first = self.readline()
         assert first == ready, f"child said {first!r}, not {ready!r}"
 
@@ -114,8 +125,9 @@ def query_closed_db(path: Path, sql: str) -> list[tuple[object, ...]]:
     """Rows of `sql` on a database no process has open (nothing is created beside it)."""
     import apsw
 
-    con = apsw.Connection(f"file:{path}?mode=ro&immutable=1",
-                          flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    con = apsw.Connection(
+        f"file:{path}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
     try:
         con.execute("PRAGMA writable_schema=ON")  # a schema this SQLite cannot parse, too
         return con.execute(sql).fetchall()

@@ -110,8 +110,15 @@ class MemoryStore:
 
     # -- writing ---------------------------------------------------------
     @contextmanager
-    def writer(self, key: str, *, mode: int, mtime_ns: int | None = None, unique: bool = False,
-               sync: bool = False) -> Iterator[_Writer]:
+    def writer(
+        self,
+        key: str,
+        *,
+        mode: int,
+        mtime_ns: int | None = None,
+        unique: bool = False,
+        sync: bool = False,
+    ) -> Iterator[_Writer]:
         self._writing()
         out = _Writer()
         yield out  # an exception here: nothing was put
@@ -127,8 +134,10 @@ class MemoryStore:
         self._writing()
         with self.bucket.lock:  # If-None-Match: *, atomically
             if if_absent and self._full(key) in self.bucket.objects:
-                raise NameTaken(f"write {self.where(key)}: an object of that name already "
-                                "exists, and this name is written once")
+                raise NameTaken(
+                    f"write {self.where(key)}: an object of that name already "
+                    "exists, and this name is written once"
+                )
             self.bucket.objects[self._full(key)] = _Object(data, time.time_ns(), mode & 0o7777)
             self.bucket.puts += 1
 
@@ -168,7 +177,7 @@ class MemoryStore:
         return self._get(key).data
 
     def read_range(self, key: str, offset: int, length: int) -> bytes:
-        return self._get(key).data[offset:offset + length]
+        return self._get(key).data[offset : offset + length]
 
     def head(self, key: str) -> ObjectInfo | None:
         full = self._full(key)
@@ -182,7 +191,7 @@ class MemoryStore:
     def names(self, prefix: str) -> list[str]:
         start = self._full(prefix) + "/" if prefix else self.root + "/"
         with self.bucket.lock:
-            keys = [k[len(start):] for k in self.bucket.objects if k.startswith(start)]
+            keys = [k[len(start) :] for k in self.bucket.objects if k.startswith(start)]
         return sorted({k.split("/", 1)[0] for k in keys})
 
     def list(self, top: str = "") -> Iterator[ObjectInfo]:
@@ -190,7 +199,7 @@ class MemoryStore:
         with self.bucket.lock:
             found = sorted((k, o) for k, o in self.bucket.objects.items() if k.startswith(start))
         for full, obj in found:
-            key = full[len(self.root) + 1:]
+            key = full[len(self.root) + 1 :]
             if not top and (key.startswith(META_DIR + "/")):
                 continue
             yield _info(key, obj)

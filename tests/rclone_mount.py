@@ -85,8 +85,15 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 class RcloneMount:
     """One ``rclone mount`` serving BACKING at MOUNTPOINT with a given VFS cache mode."""
 
-    def __init__(self, backing: str | os.PathLike[str], mountpoint: str | os.PathLike[str],
-                 mode: str, *, rc: bool = False, write_back: str | None = None) -> None:
+    def __init__(
+        self,
+        backing: str | os.PathLike[str],
+        mountpoint: str | os.PathLike[str],
+        mode: str,
+        *,
+        rc: bool = False,
+        write_back: str | None = None,
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"rclone vfs cache mode {mode!r}: one of {MODES}")
         self.backing = Path(backing)
@@ -106,8 +113,9 @@ class RcloneMount:
     def __enter__(self) -> RcloneMount:
         return self.mount()
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.unmount()
 
     def mount(self) -> RcloneMount:
@@ -117,20 +125,37 @@ class RcloneMount:
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         if self._workdir is None:  # else the cache a clean unmount left (settle)
-            self._workdir = Path(tempfile.mkdtemp(prefix=f".{self.mountpoint.name}.rclone-",
-                                                  dir=self.mountpoint.parent))
-        command = ["rclone", "mount", str(self.backing), str(self.mountpoint),
-                   "--vfs-cache-mode", self.mode, "--cache-dir", str(self._workdir / "cache"),
-                   "--config", "/dev/null", "--log-file", str(self._workdir / "log")]
+            self._workdir = Path(
+                tempfile.mkdtemp(
+                    prefix=f".{self.mountpoint.name}.rclone-", dir=self.mountpoint.parent
+                )
+            )
+        command = [
+            "rclone",
+            "mount",
+            str(self.backing),
+            str(self.mountpoint),
+            "--vfs-cache-mode",
+            self.mode,
+            "--cache-dir",
+            str(self._workdir / "cache"),
+            "--config",
+            "/dev/null",
+            "--log-file",
+            str(self._workdir / "log"),
+        ]
         if self.rc_addr is not None:
             command += ["--rc", "--rc-addr", self.rc_addr]
         if self.write_back is not None:
             command += ["--vfs-write-back", self.write_back]
         with open("/proc/self/mountinfo", "rb") as mounts:  # POLLPRI when the table changes
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
-                                            stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL,
-                                            preexec_fn=_die_with_parent)
+            self.process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
+            )
             poller = select.poll()
             poller.register(mounts, select.POLLPRI | select.POLLERR)
             deadline = time.monotonic() + TIMEOUT
@@ -152,12 +177,16 @@ class RcloneMount:
     def uploads(self) -> dict[str, int]:
         """Queued, in progress and failed uploads, from the remote control."""
         assert self.rc_addr is not None, "mount with rc=True"
-        request = urllib.request.Request(f"http://{self.rc_addr}/vfs/stats", data=b"{}",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://{self.rc_addr}/vfs/stats",
+            data=b"{}",
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=5) as response:
             cache = json.load(response).get("diskCache", {})
-        return {k: int(cache.get(k, 0))
-                for k in ("uploadsQueued", "uploadsInProgress", "erroredFiles")}
+        return {
+            k: int(cache.get(k, 0)) for k in ("uploadsQueued", "uploadsInProgress", "erroredFiles")
+        }
 
     def wait_uploads(self, timeout: float = 60.0) -> None:
         """Until the remote control reports nothing queued, uploading or failed."""
@@ -206,8 +235,7 @@ class RcloneMount:
 
 
 def _fusermount(flag: str, mountpoint: Path) -> bool:
-    done = subprocess.run(["fusermount3", flag, str(mountpoint)], capture_output=True,
-                          check=False)
+    done = subprocess.run(["fusermount3", flag, str(mountpoint)], capture_output=True, check=False)
     return done.returncode == 0
 
 

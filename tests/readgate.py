@@ -43,14 +43,21 @@ class ReadGate:
 
     def __init__(self, path: Path) -> None:
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        libc.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64,
-                                       ctypes.c_int, ctypes.c_char_p]
+        libc.fanotify_mark.argtypes = [
+            ctypes.c_int,
+            ctypes.c_uint,
+            ctypes.c_uint64,
+            ctypes.c_int,
+            ctypes.c_char_p,
+        ]
         fd = libc.fanotify_init(_FAN_CLASS_CONTENT | _FAN_CLOEXEC, os.O_RDONLY)
         if fd < 0:
             err = ctypes.get_errno()
             raise OSError(err, f"fanotify_init: {os.strerror(err)}")
-        if libc.fanotify_mark(fd, _FAN_MARK_ADD, _FAN_ACCESS_PERM, _AT_FDCWD,
-                              os.fsencode(path)) != 0:
+        if (
+            libc.fanotify_mark(fd, _FAN_MARK_ADD, _FAN_ACCESS_PERM, _AT_FDCWD, os.fsencode(path))
+            != 0
+        ):
             err = ctypes.get_errno()
             os.close(fd)
             raise OSError(err, f"fanotify_mark {path}: {os.strerror(err)}")

@@ -27,8 +27,12 @@ import pytest
 
 from syncengine.durable.s3.location import S3Location
 
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-               "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
 _LINE = re.compile(r'"(GET|PUT|POST|DELETE|HEAD) (\S+) HTTP/[\d.]+" (\d+)')
 _names = itertools.count()
 
@@ -50,7 +54,10 @@ class S3Server:
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                stdout=out, stderr=subprocess.STDOUT, env=env)
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         deadline = time.monotonic() + 60
         while True:  # wait for the listening socket (or the child's death)
             if self.proc.poll() is not None:
@@ -72,8 +79,12 @@ class S3Server:
         import botocore.session
 
         return botocore.session.Session().create_client(
-            "s3", endpoint_url=self.endpoint, region_name="us-east-1",
-            aws_access_key_id="testing", aws_secret_access_key="testing")
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
 
     def bucket(self) -> str:
         name = f"bucket-{next(_names)}"
@@ -81,8 +92,14 @@ class S3Server:
         return name
 
     def location(self, bucket: str, prefix: str = "") -> S3Location:
-        return S3Location(bucket, prefix, endpoint=self.endpoint, region="us-east-1",
-                          access_key_id="testing", secret_access_key="testing")
+        return S3Location(
+            bucket,
+            prefix,
+            endpoint=self.endpoint,
+            region="us-east-1",
+            access_key_id="testing",
+            secret_access_key="testing",
+        )
 
     def requests(self, bucket: str | None = None) -> list[tuple[str, str, int]]:
         """(method, path, status) of every request logged so far (to `bucket` only)."""
@@ -150,8 +167,11 @@ class Flaky:
     `every`-th request (0: to every request), in a child process."""
 
     def __init__(self, server: S3Server, every: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", FLAKY, str(server.port), str(every)],
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", FLAKY, str(server.port), str(every)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         self.endpoint = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
 

@@ -72,14 +72,20 @@ ROWS = {
         "config.yaml": "publish",
     },
 }
-LIVE = {"codex": "codex-home", "claude": "agent-state/claude",
-        "gemini": "agent-state/gemini-home/.gemini", "opencode": "opencode-share",
-        "openclaw": "oc-home/.openclaw", "hermes": "hermes"}
+LIVE = {
+    "codex": "codex-home",
+    "claude": "agent-state/claude",
+    "gemini": "agent-state/gemini-home/.gemini",
+    "opencode": "opencode-share",
+    "openclaw": "oc-home/.openclaw",
+    "hermes": "hermes",
+}
 
 
 @pytest.mark.parametrize("adapter", sorted(ROWS))
-def test_builtin_adapter_decides_what_the_harness_writes(tree: Tree, engine: EngineFactory,
-                                                         adapter: str) -> None:
+def test_builtin_adapter_decides_what_the_harness_writes(
+    tree: Tree, engine: EngineFactory, adapter: str
+) -> None:
     for path in ROWS[adapter]:
         tree.write(f"{LIVE[adapter]}/{path}", "x")
     eng = engine()

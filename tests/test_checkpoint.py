@@ -33,13 +33,13 @@ def test_first_checkpoint_publishes_files_with_modes(tree: Tree, cli: CliRunner)
     }
     assert stat.S_IMODE((durable / "auth.json").stat().st_mode) == 0o600
     assert (durable / "auth.json").stat().st_mtime_ns == (
-        tree.local / CODEX / "auth.json").stat().st_mtime_ns
+        tree.local / CODEX / "auth.json"
+    ).stat().st_mtime_ns
     assert not list((durable / ".syncengine" / "staging").iterdir())
 
 
 @pytest.mark.rclone
-def test_idle_and_touch_only_checkpoints_write_nothing_durable(tree: Tree, cli: CliRunner
-                                                               ) -> None:
+def test_idle_and_touch_only_checkpoints_write_nothing_durable(tree: Tree, cli: CliRunner) -> None:
     old = time.time_ns() - 10 * 10**9  # older than the timestamp-granularity window
     tree.write(f"{CODEX}/history.jsonl", "one\n", mtime_ns=old)
     tree.write(f"{CODEX}/config.toml", "model = 'x'\n", mtime_ns=old)
@@ -58,8 +58,9 @@ def test_idle_and_touch_only_checkpoints_write_nothing_durable(tree: Tree, cli: 
 
 
 @pytest.mark.rclone
-def test_changed_file_is_published_and_manifest_grows_by_a_delta(tree: Tree, cli: CliRunner
-                                                                 ) -> None:
+def test_changed_file_is_published_and_manifest_grows_by_a_delta(
+    tree: Tree, cli: CliRunner
+) -> None:
     tree.write(f"{CODEX}/history.jsonl", "one\n")
     cli("checkpoint", check=0)
     tree.write(f"{CODEX}/history.jsonl", "one\ntwo\n")
@@ -99,8 +100,9 @@ def test_symlink_is_recorded_not_followed(tree: Tree, cli: CliRunner) -> None:
     assert not (durable / "passwd").exists() and not (durable / "passwd").is_symlink()
     manifest = (durable / ".syncengine/manifest/000000000001.base.jsonl").read_text()
     assert '"target":"/etc/passwd"' in manifest
-    assert "root:" not in "".join(p.read_text(errors="replace")
-                                  for p in durable.rglob("*") if p.is_file())
+    assert "root:" not in "".join(
+        p.read_text(errors="replace") for p in durable.rglob("*") if p.is_file()
+    )
     shutil.rmtree(tree.local)
     cli("restore", check=0)
     link = tree.local / CODEX / "passwd"
@@ -115,12 +117,16 @@ def test_special_files_are_skipped_never_opened(tree: Tree, cli: CliRunner) -> N
     assert not (tree.data / DUR / "agent.fifo").exists()
 
 
-@pytest.mark.parametrize("rel", [
-    "archived_sessions/rollout-a.jsonl",  # a whole-file copy
-    "sessions/2026/11/29/rollout-a.jsonl",  # an append-only log published as segments
-])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "archived_sessions/rollout-a.jsonl",  # a whole-file copy
+        "sessions/2026/11/29/rollout-a.jsonl",  # an append-only log published as segments
+    ],
+)
 def test_appending_writer_is_copied_up_to_what_it_wrote_then_restored_after_kill(
-        tree: Tree, cli: CliRunner, rel: str) -> None:
+    tree: Tree, cli: CliRunner, rel: str
+) -> None:
     rollout = tree.write(f"{CODEX}/{rel}", "")
     writer, size_before = start_appender(rollout, 2000)
     try:
@@ -163,7 +169,8 @@ sys.exit(main(["checkpoint", "codex"]))
 
 
 def test_checkpoint_killed_mid_copy_keeps_old_copy_and_next_run_completes(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     big = tree.write(f"{CODEX}/sessions/big.jsonl", b"A" * 1_000_000)
     cli("checkpoint", check=0)
     with open(big, "r+b") as f:  # version B: 400 MB, mostly a hole (cheap to create)
@@ -171,8 +178,12 @@ def test_checkpoint_killed_mid_copy_keeps_old_copy_and_next_run_completes(
         f.seek(0)
         f.write(b"B" * 1000)
     staging = tree.data / DUR / ".syncengine/staging"
-    proc = subprocess.Popen([sys.executable, "-c", KILL_DURING_COPY], env=tree.env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_DURING_COPY],
+        env=tree.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:  # wait for the temp object
         temps = list(staging.glob("*.syncengine-tmp")) if staging.exists() else []
@@ -218,10 +229,13 @@ def ro_data(tree: Tree) -> Path:
     subprocess.run(["umount", str(ro)], check=True)
 
 
-@pytest.mark.dir_only("bind-mounts data/ read-only: a FUSE mountpoint cannot be bind-mounted "
-                      "by its owner's test like this, and EROFS is a local-disk failure")
-def test_read_only_durable_root_fails_clearly_with_exit_1(tree: Tree, cli: CliRunner,
-                                                          ro_data: Path) -> None:
+@pytest.mark.dir_only(
+    "bind-mounts data/ read-only: a FUSE mountpoint cannot be bind-mounted "
+    "by its owner's test like this, and EROFS is a local-disk failure"
+)
+def test_read_only_durable_root_fails_clearly_with_exit_1(
+    tree: Tree, cli: CliRunner, ro_data: Path
+) -> None:
     tree.write(f"{CODEX}/auth.json", "secret", mode=0o600)
     out = cli("checkpoint", env=tree.env(DATA_DIR=str(ro_data)), check=1)
     assert "Read-only file system" in out.stderr
@@ -237,9 +251,21 @@ def test_unreadable_file_is_reported_and_the_rest_goes_on(tree: Tree, cli: CliRu
     tree.write(f"{CODEX}/locked.json", "no", mode=0o000)
     drop = "-dac_override,-dac_read_search"  # root without these obeys file modes
     proc = subprocess.run(
-        [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}", sys.executable, "-m",
-         "syncengine", "checkpoint", "codex"],
-        env=tree.env(), capture_output=True, text=True, timeout=60)
+        [
+            setpriv,
+            f"--inh-caps={drop}",
+            f"--bounding-set={drop}",
+            sys.executable,
+            "-m",
+            "syncengine",
+            "checkpoint",
+            "codex",
+        ],
+        env=tree.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1, proc.stderr
     assert "locked.json" in proc.stderr and "Permission denied" in proc.stderr
     assert "incomplete" in proc.stderr
@@ -268,13 +294,15 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tree: Tree, cli: CliRunner) 
         out = cli("checkpoint", "--dry-run", "codex", check=0)
     assert "upload a.json (new, 3 bytes)" in out.stdout
     # the action that will really be taken, not "upload" for everything
-    assert "segments sessions/2026/01/01/rollout-a.jsonl (new chain: new log, 2 bytes)" \
-        in out.stdout
+    assert (
+        "segments sessions/2026/01/01/rollout-a.jsonl (new chain: new log, 2 bytes)" in out.stdout
+    )
     assert "snapshot memories_1.sqlite (new)" in out.stdout
 
 
 def test_long_lived_engine_continues_after_a_checkpoint_by_another_process(
-        tree: Tree, cli: CliRunner, engine: EngineFactory) -> None:
+    tree: Tree, cli: CliRunner, engine: EngineFactory
+) -> None:
     """A daemon's cached index must not reuse a manifest name another process wrote."""
     from syncengine.durable.manifest import load
     from syncengine.durable.posix.store import Store
@@ -292,7 +320,8 @@ def test_long_lived_engine_continues_after_a_checkpoint_by_another_process(
 
 
 def test_version_published_by_an_interrupted_run_is_not_trusted_away(
-        tree: Tree, engine: EngineFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree: Tree, engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Found by the crash matrix: renamed into place, never recorded, then changed back."""
     from syncengine.durable import manifest
     from syncengine.errors import DurableError
@@ -320,7 +349,8 @@ def test_version_published_by_an_interrupted_run_is_not_trusted_away(
 
 
 def test_a_path_whose_durable_copy_is_of_another_kind_is_reported_and_the_rest_goes_on(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     """Deletions are not propagated, so a file replaced by a directory of the same
     name (or the reverse) meets its old durable copy: that path fails with a
     message that says what to do, every other file is still published."""
@@ -349,7 +379,8 @@ def test_a_path_whose_durable_copy_is_of_another_kind_is_reported_and_the_rest_g
 
 
 def test_an_older_copy_of_the_state_dir_never_overwrites_a_manifest_object(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     """A state dir put back from an older copy (a VM or volume snapshot; or a pass
     killed between its manifest object and its index) names the next manifest
     object after its own last one, which the durable side already holds: that

@@ -12,7 +12,8 @@ CODEX = "codex-home"
 
 @pytest.mark.dir_only("fails before the durable root is used")
 def test_checkpoint_with_a_missing_local_root_fails_and_creates_nothing(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     typo = tree.base / "lcoal"  # a typo in AM_LOCAL must not look like success
     before = snapshot(tree.base)
     out = cli("checkpoint", env=tree.env(AM_LOCAL=str(typo)), check=2)
@@ -25,7 +26,8 @@ def test_checkpoint_with_a_missing_local_root_fails_and_creates_nothing(
 
 @pytest.mark.dir_only("points DATA_DIR at a path that does not exist; data/ is not used")
 def test_restore_with_a_missing_durable_root_says_it_once_and_claims_nothing(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     missing = tree.base / "not-mounted"
     out = cli("restore", env=tree.env(DATA_DIR=str(missing)), check=1)
     assert "restored" not in out.stdout  # no success line for a stopped adapter
@@ -37,8 +39,17 @@ def test_restore_with_a_missing_durable_root_says_it_once_and_claims_nothing(
 def test_global_flags_work_after_the_subcommand(tree: Tree, cli: CliRunner) -> None:
     tree.write(f"{CODEX}/a.json", "a")
     env = {k: v for k, v in tree.env().items() if k not in ("AM_LOCAL", "DATA_DIR")}
-    out = cli("checkpoint", "codex", "--local-root", str(tree.local), "--durable-root",
-              str(tree.data), "-v", env=env, check=0)
+    out = cli(
+        "checkpoint",
+        "codex",
+        "--local-root",
+        str(tree.local),
+        "--durable-root",
+        str(tree.data),
+        "-v",
+        env=env,
+        check=0,
+    )
     assert "codex: published 1 file(s)" in out.stdout
     assert "checkpoint.manifest" in out.stderr  # -v after the command counts too
     assert (tree.data / "state/codex/a.json").read_text() == "a"
@@ -47,13 +58,18 @@ def test_global_flags_work_after_the_subcommand(tree: Tree, cli: CliRunner) -> N
 
 
 @pytest.mark.dir_only("argument errors: nothing is run")
-@pytest.mark.parametrize("args", [
-    ("verify", "--sample", "500"), ("verify", "--sample", "0"), ("verify", "--sample", "nan"),
-    ("verify", "--max-entries", "0"), ("run", "--grace", "-1", "--", "true"),
-    ("run", "--stop-timeout", "inf", "--", "true"),
-])
-def test_out_of_range_arguments_exit_2(tree: Tree, cli: CliRunner, args: tuple[str, ...]
-                                       ) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("verify", "--sample", "500"),
+        ("verify", "--sample", "0"),
+        ("verify", "--sample", "nan"),
+        ("verify", "--max-entries", "0"),
+        ("run", "--grace", "-1", "--", "true"),
+        ("run", "--stop-timeout", "inf", "--", "true"),
+    ],
+)
+def test_out_of_range_arguments_exit_2(tree: Tree, cli: CliRunner, args: tuple[str, ...]) -> None:
     before = snapshot(tree.base)
     out = cli(*args, check=2)
     assert args[1] in out.stderr and "Traceback" not in out.stderr

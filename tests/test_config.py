@@ -30,17 +30,32 @@ def test_defaults_reproduce_the_design_layout() -> None:
     assert cfg.durable_root == Path("/data") and cfg.interval == 15
     assert cfg.state_dir == Path("/srv/a/.syncengine")
     got = {s.name: (s.live, s.durable) for s in cfg.adapters}
-    assert got == {n: (Path("/srv/a") / live, Path("/data") / dur)
-                   for n, (live, dur) in LAYOUT.items()}
+    assert got == {
+        n: (Path("/srv/a") / live, Path("/data") / dur) for n, (live, dur) in LAYOUT.items()
+    }
     codex = cfg.adapter("codex")
     # The design's exclusions, except that the databases holding user data (Codex 0.171:
     # thread names and pins in state_5, goals, memories, queued prompts) are snapshotted;
     # the logs and the rebuildable thread-history projection stay excluded.
-    for pattern in ("thread_history_*.sqlite*", "logs_*.sqlite*", "*.db", "*.db-*", "*-wal",
-                    "*-shm", "db-backups", "cache", ".tmp", "mcp-oauth-locks"):
+    for pattern in (
+        "thread_history_*.sqlite*",
+        "logs_*.sqlite*",
+        "*.db",
+        "*.db-*",
+        "*-wal",
+        "*-shm",
+        "db-backups",
+        "cache",
+        ".tmp",
+        "mcp-oauth-locks",
+    ):
         assert pattern in codex.exclude
-    assert codex.sqlite == ("state_*.sqlite", "goals_*.sqlite", "memories_*.sqlite",
-                            "queue_*.sqlite")
+    assert codex.sqlite == (
+        "state_*.sqlite",
+        "goals_*.sqlite",
+        "memories_*.sqlite",
+        "queue_*.sqlite",
+    )
 
 
 def test_precedence_env_then_file_then_flag(tmp_path: Path) -> None:
@@ -65,31 +80,64 @@ def test_config_file_from_environment_variable(tmp_path: Path) -> None:
 
 
 def test_extra_adapter_paths_relative_and_absolute() -> None:
-    cfg = config_from_dict({"local_root": "/l", "durable_root": "/d", "adapters": [],
-                            "adapter": [{"name": "notes", "live": "notes",
-                                         "durable": "/elsewhere/notes",
-                                         "exclude": ["cache/", "*.tmp"]}]}, env={})
+    cfg = config_from_dict(
+        {
+            "local_root": "/l",
+            "durable_root": "/d",
+            "adapters": [],
+            "adapter": [
+                {
+                    "name": "notes",
+                    "live": "notes",
+                    "durable": "/elsewhere/notes",
+                    "exclude": ["cache/", "*.tmp"],
+                }
+            ],
+        },
+        env={},
+    )
     (spec,) = cfg.adapters
     assert spec.live == Path("/l/notes") and spec.durable == Path("/elsewhere/notes")
 
 
-@pytest.mark.parametrize(("raw", "env", "needle"), [
-    ({"local_rot": "/x"}, {"AM_LOCAL": "/l"}, "unknown key 'local_rot'"),
-    ({}, {}, "local_root is not set: set AM_LOCAL or local_root"),
-    ({"adapters": ["codex", "nope"]}, {"AM_LOCAL": "/l"}, "no built-in adapter 'nope'"),
-    ({"adapter": [{"name": "codex", "live": "x", "durable": "y"}]}, {"AM_LOCAL": "/l"},
-     "adapter name 'codex' is used twice"),
-    ({"adapters": [], "adapter": [{"name": "n", "live": "/d/state/n/live",
-                                   "durable": "/d/state/n"}]},
-     {"AM_LOCAL": "/l", "DATA_DIR": "/d"}, "overlap"),
-    ({"adapters": [], "adapter": [{"name": "n", "live": "n", "durable": "d", "colour": 1}]},
-     {"AM_LOCAL": "/l"}, "unknown key 'colour'"),
-    ({"interval": "soon"}, {"AM_LOCAL": "/l"}, "interval must be a number"),
-    ({"adapters": [], "adapter": [{"name": "n", "live": "n", "durable": "d",
-                                   "exclude": ["!keep"]}]}, {"AM_LOCAL": "/l"}, "negation"),
-])
-def test_bad_configs_are_refused_with_the_key(raw: dict[str, object], env: dict[str, str],
-                                              needle: str) -> None:
+@pytest.mark.parametrize(
+    ("raw", "env", "needle"),
+    [
+        ({"local_rot": "/x"}, {"AM_LOCAL": "/l"}, "unknown key 'local_rot'"),
+        ({}, {}, "local_root is not set: set AM_LOCAL or local_root"),
+        ({"adapters": ["codex", "nope"]}, {"AM_LOCAL": "/l"}, "no built-in adapter 'nope'"),
+        (
+            {"adapter": [{"name": "codex", "live": "x", "durable": "y"}]},
+            {"AM_LOCAL": "/l"},
+            "adapter name 'codex' is used twice",
+        ),
+        (
+            {
+                "adapters": [],
+                "adapter": [{"name": "n", "live": "/d/state/n/live", "durable": "/d/state/n"}],
+            },
+            {"AM_LOCAL": "/l", "DATA_DIR": "/d"},
+            "overlap",
+        ),
+        (
+            {"adapters": [], "adapter": [{"name": "n", "live": "n", "durable": "d", "colour": 1}]},
+            {"AM_LOCAL": "/l"},
+            "unknown key 'colour'",
+        ),
+        ({"interval": "soon"}, {"AM_LOCAL": "/l"}, "interval must be a number"),
+        (
+            {
+                "adapters": [],
+                "adapter": [{"name": "n", "live": "n", "durable": "d", "exclude": ["!keep"]}],
+            },
+            {"AM_LOCAL": "/l"},
+            "negation",
+        ),
+    ],
+)
+def test_bad_configs_are_refused_with_the_key(
+    raw: dict[str, object], env: dict[str, str], needle: str
+) -> None:
     from syncengine import Engine
 
     with pytest.raises(ConfigError) as info:
@@ -103,8 +151,7 @@ def test_cli_bad_config_exits_2_with_one_line(tree: Tree, cli: CliRunner) -> Non
     conf.write_text('local_root = "/x"\nintervall = 3\n')
     out = cli("--config", str(conf), "checkpoint", check=2)
     assert out.stderr.count("\n") == 1 and "intervall" in out.stderr
-    out = cli("checkpoint", env={k: v for k, v in tree.env().items() if k != "AM_LOCAL"},
-              check=2)
+    out = cli("checkpoint", env={k: v for k, v in tree.env().items() if k != "AM_LOCAL"}, check=2)
     assert "AM_LOCAL" in out.stderr
     conf.write_text("local_root = \n")
     out = cli("--config", str(conf), "status", check=2)
@@ -147,9 +194,23 @@ def test_wheel_ships_the_builtin_adapters(tmp_path: Path) -> None:
     from tests.conftest import REPO
 
     pytest.importorskip("hatchling")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                           "--no-build-isolation", "-w", str(tmp_path), str(REPO)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     (wheel,) = tmp_path.glob("syncengine-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -190,8 +251,9 @@ NONSENSE = [  # (config file text, the key the message must name)
 ]
 
 
-def _refused(tree: Tree, cli: CliRunner, *args: str, key: str,
-             env: dict[str, str] | None = None) -> str:
+def _refused(
+    tree: Tree, cli: CliRunner, *args: str, key: str, env: dict[str, str] | None = None
+) -> str:
     before = snapshot(tree.base)
     out = cli(*args, env=env, check=2)
     assert out.stderr.count("\n") == 1, out.stderr  # one line, no traceback
@@ -204,7 +266,8 @@ def _refused(tree: Tree, cli: CliRunner, *args: str, key: str,
 @pytest.mark.dir_only("fails before the durable root is used")
 @pytest.mark.parametrize(("text", "key"), NONSENSE, ids=[t for t, _ in NONSENSE])
 def test_nonsense_in_the_config_file_exits_2_naming_the_key(
-        tree: Tree, cli: CliRunner, text: str, key: str) -> None:
+    tree: Tree, cli: CliRunner, text: str, key: str
+) -> None:
     conf = tree.base / "c.toml"
     conf.write_text(text + "\n")
     _refused(tree, cli, "--config", str(conf), "checkpoint", key=key)
@@ -228,22 +291,24 @@ def test_a_config_file_that_is_not_utf8_exits_2(tree: Tree, cli: CliRunner) -> N
 
 @pytest.mark.dir_only("fails before the durable root is used")
 @pytest.mark.parametrize("value", ["inf", "nan", "-1", "0", "1e999", "soon", "15s"])
-def test_garbage_in_the_interval_variable_exits_2(tree: Tree, cli: CliRunner, value: str
-                                                  ) -> None:
-    err = _refused(tree, cli, "checkpoint", key="interval",
-                   env=tree.env(AGENT_STATE_CHECKPOINT_SECONDS=value))
+def test_garbage_in_the_interval_variable_exits_2(tree: Tree, cli: CliRunner, value: str) -> None:
+    err = _refused(
+        tree, cli, "checkpoint", key="interval", env=tree.env(AGENT_STATE_CHECKPOINT_SECONDS=value)
+    )
     assert "AGENT_STATE_CHECKPOINT_SECONDS" in err
 
 
 @pytest.mark.dir_only("fails before the durable root is used")
-@pytest.mark.parametrize(("args", "key"), [
-    (("run", "--interval", "0", "--", "true"), "interval"),  # was a busy loop
-    (("run", "--interval", "inf", "--", "true"), "interval"),
-    (("--jobs", "0", "checkpoint"), "jobs"),
-    (("checkpoint", "--jobs", "-3"), "jobs"),
-])
-def test_nonsense_flags_exit_2(tree: Tree, cli: CliRunner, args: tuple[str, ...], key: str
-                               ) -> None:
+@pytest.mark.parametrize(
+    ("args", "key"),
+    [
+        (("run", "--interval", "0", "--", "true"), "interval"),  # was a busy loop
+        (("run", "--interval", "inf", "--", "true"), "interval"),
+        (("--jobs", "0", "checkpoint"), "jobs"),
+        (("checkpoint", "--jobs", "-3"), "jobs"),
+    ],
+)
+def test_nonsense_flags_exit_2(tree: Tree, cli: CliRunner, args: tuple[str, ...], key: str) -> None:
     err = _refused(tree, cli, *args, key=key)
     assert "flag --" in err
 
@@ -252,8 +317,9 @@ def test_relative_paths_in_a_config_file_are_relative_to_its_folder(tmp_path: Pa
     conf_dir = tmp_path / "etc"
     conf_dir.mkdir()
     conf = conf_dir / "syncengine.toml"
-    conf.write_text('local_root = "../live"\ndurable_root = "bucket"\nstate_dir = "~/st"\n'
-                    'journal_dir = "j"\n')
+    conf.write_text(
+        'local_root = "../live"\ndurable_root = "bucket"\nstate_dir = "~/st"\njournal_dir = "j"\n'
+    )
     cfg = load_config(conf, env={})
     assert cfg.local_root == tmp_path / "live"
     assert cfg.durable_root == conf_dir / "bucket"
@@ -265,22 +331,38 @@ def test_relative_paths_in_a_config_file_are_relative_to_its_folder(tmp_path: Pa
 
 
 _BAD_VALUES = {  # for each key, values of the wrong TOML type or out of range
-    "interval": st.one_of(st.text(max_size=5), st.booleans(), st.floats(max_value=0.09),
-                          st.floats(min_value=86400.5), st.just(float("nan")),
-                          st.lists(st.integers(), max_size=2)),
-    "jobs": st.one_of(st.text(max_size=5), st.booleans(),
-                      st.floats(allow_nan=True, allow_infinity=True),
-                      st.integers(max_value=0), st.integers(min_value=257)),
-    "sqlite_busy_timeout": st.one_of(st.text(max_size=5), st.booleans(),
-                                     st.floats(max_value=0.0), st.floats(min_value=3600.5)),
-    "rescan_interval": st.one_of(st.booleans(), st.floats(max_value=0.99),
-                                 st.floats(min_value=604800.5), st.text(max_size=3)),
-    "local_root": st.one_of(st.integers(), st.booleans(), st.just(""),
-                            st.text(min_size=1, max_size=5).map(lambda t: t + "\x00")),
+    "interval": st.one_of(
+        st.text(max_size=5),
+        st.booleans(),
+        st.floats(max_value=0.09),
+        st.floats(min_value=86400.5),
+        st.just(float("nan")),
+        st.lists(st.integers(), max_size=2),
+    ),
+    "jobs": st.one_of(
+        st.text(max_size=5),
+        st.booleans(),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(max_value=0),
+        st.integers(min_value=257),
+    ),
+    "sqlite_busy_timeout": st.one_of(
+        st.text(max_size=5), st.booleans(), st.floats(max_value=0.0), st.floats(min_value=3600.5)
+    ),
+    "rescan_interval": st.one_of(
+        st.booleans(), st.floats(max_value=0.99), st.floats(min_value=604800.5), st.text(max_size=3)
+    ),
+    "local_root": st.one_of(
+        st.integers(),
+        st.booleans(),
+        st.just(""),
+        st.text(min_size=1, max_size=5).map(lambda t: t + "\x00"),
+    ),
     "durable_root": st.one_of(st.floats(), st.lists(st.text(max_size=3), max_size=2)),
     "require_mount": st.one_of(st.integers(), st.text(max_size=5)),
-    "adapters": st.one_of(st.just([]), st.text(max_size=5), st.lists(st.integers(), min_size=1,
-                                                                     max_size=2)),
+    "adapters": st.one_of(
+        st.just([]), st.text(max_size=5), st.lists(st.integers(), min_size=1, max_size=2)
+    ),
 }
 
 
@@ -288,8 +370,13 @@ def _toml(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return "nan" if value != value else ("inf" if value > 0 else "-inf") \
-            if value in (float("inf"), float("-inf")) else repr(value)
+        return (
+            "nan"
+            if value != value
+            else ("inf" if value > 0 else "-inf")
+            if value in (float("inf"), float("-inf"))
+            else repr(value)
+        )
     if isinstance(value, str):
         # JSON escapes are TOML escapes; TOML also refuses a literal DEL
         return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
@@ -320,8 +407,11 @@ def test_any_bad_value_exits_2_with_one_line_and_no_traceback(data: st.DataObjec
         logger = logging.getLogger("syncengine")
         saved = (logger.handlers[:], logger.level, logger.propagate)  # main() sets them up
         try:
-            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
-                    mock.patch.dict(os.environ, env):
+            with (
+                contextlib.redirect_stderr(err),
+                contextlib.redirect_stdout(io.StringIO()),
+                mock.patch.dict(os.environ, env),
+            ):
                 rc = main(["--config", str(conf), "checkpoint"])
         finally:
             logger.handlers[:] = saved[0]
@@ -336,12 +426,18 @@ def test_any_bad_value_exits_2_with_one_line_and_no_traceback(data: st.DataObjec
 # The design's per-harness variables (scripts/agent-state.sh), with where each one puts
 # the adapter's tree: (adapter, "live" or "durable", variable).
 DESIGN_VARIABLES = [
-    ("codex", "live", "CODEX_HOME"), ("codex", "durable", "CODEX_DURABLE"),
-    ("claude", "live", "CLAUDE_CONFIG_DIR"), ("claude", "durable", "CLAUDE_DURABLE"),
-    ("gemini", "live", "GEMINI_LIVE"), ("gemini", "durable", "GEMINI_DURABLE"),
-    ("openclaw", "live", "OPENCLAW_STATE_DIR"), ("openclaw", "durable", "OPENCLAW_DURABLE"),
-    ("opencode", "live", "OPENCODE_LIVE"), ("opencode", "durable", "OPENCODE_DURABLE"),
-    ("hermes", "live", "HERMES_LIVE"), ("hermes", "durable", "HERMES_DURABLE"),
+    ("codex", "live", "CODEX_HOME"),
+    ("codex", "durable", "CODEX_DURABLE"),
+    ("claude", "live", "CLAUDE_CONFIG_DIR"),
+    ("claude", "durable", "CLAUDE_DURABLE"),
+    ("gemini", "live", "GEMINI_LIVE"),
+    ("gemini", "durable", "GEMINI_DURABLE"),
+    ("openclaw", "live", "OPENCLAW_STATE_DIR"),
+    ("openclaw", "durable", "OPENCLAW_DURABLE"),
+    ("opencode", "live", "OPENCODE_LIVE"),
+    ("opencode", "durable", "OPENCODE_DURABLE"),
+    ("hermes", "live", "HERMES_LIVE"),
+    ("hermes", "durable", "HERMES_DURABLE"),
 ]
 
 
@@ -353,8 +449,9 @@ def test_the_design_variables_place_each_harness_tree() -> None:
         assert getattr(cfg.adapter(name), key) == Path(f"/elsewhere/{var.lower()}"), var
         assert cfg.sources[f"{key}.{name}"] == f"env ${var}"
     # GEMINI_LIVE defaults to $GEMINI_CLI_HOME/.gemini; an empty variable is not set
-    cfg = load_config(env={"AM_LOCAL": "/l", "GEMINI_CLI_HOME": "/g", "GEMINI_LIVE": "",
-                           "CODEX_HOME": ""})
+    cfg = load_config(
+        env={"AM_LOCAL": "/l", "GEMINI_CLI_HOME": "/g", "GEMINI_LIVE": "", "CODEX_HOME": ""}
+    )
     assert cfg.adapter("gemini").live == Path("/g/.gemini")
     assert cfg.sources["live.gemini"] == "env $GEMINI_CLI_HOME/.gemini"
     assert cfg.adapter("codex").live == Path("/l/codex-home")
@@ -366,8 +463,12 @@ def test_the_design_variables_place_each_harness_tree() -> None:
 def test_adapter_trees_precedence_env_then_file_then_flag(tmp_path: Path) -> None:
     conf = tmp_path / "c.toml"
     conf.write_text('[live]\ncodex = "codex-here"\n[durable]\nhermes = "/file/hermes"\n')
-    env = {"AM_LOCAL": "/l", "CODEX_HOME": "/env/codex", "HERMES_DURABLE": "/env/hermes",
-           "CLAUDE_CONFIG_DIR": "/env/claude"}
+    env = {
+        "AM_LOCAL": "/l",
+        "CODEX_HOME": "/env/codex",
+        "HERMES_DURABLE": "/env/hermes",
+        "CLAUDE_CONFIG_DIR": "/env/claude",
+    }
     cfg = load_config(conf, env=env)
     assert cfg.adapter("codex").live == tmp_path / "codex-here", "relative to the file's folder"
     assert cfg.sources["live.codex"] == f"config {conf}"
@@ -378,15 +479,28 @@ def test_adapter_trees_precedence_env_then_file_then_flag(tmp_path: Path) -> Non
     assert cfg.sources["live.codex"] == "flag --live"
 
 
-@pytest.mark.parametrize(("raw", "needle"), [
-    ({"live": {"nope": "/x"}}, "no enabled adapter 'nope'"),
-    ({"live": "codex=/x"}, "live must be a table"),
-    ({"durable": {"codex": 3}}, "[durable] codex must be a non-empty path"),
-    ({"adapters": [], "adapter": [{"name": "n", "live": "n", "durable": "d",
-                                   "live_env": ["NOT A NAME"]}]}, "live_env must be a list"),
-    ({"adapters": [], "adapter": [{"name": "n", "live": "n", "durable": "d",
-                                   "live_env": "N_LIVE"}]}, "live_env must be a list"),
-])
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        ({"live": {"nope": "/x"}}, "no enabled adapter 'nope'"),
+        ({"live": "codex=/x"}, "live must be a table"),
+        ({"durable": {"codex": 3}}, "[durable] codex must be a non-empty path"),
+        (
+            {
+                "adapters": [],
+                "adapter": [{"name": "n", "live": "n", "durable": "d", "live_env": ["NOT A NAME"]}],
+            },
+            "live_env must be a list",
+        ),
+        (
+            {
+                "adapters": [],
+                "adapter": [{"name": "n", "live": "n", "durable": "d", "live_env": "N_LIVE"}],
+            },
+            "live_env must be a list",
+        ),
+    ],
+)
 def test_bad_adapter_trees_are_refused(raw: dict[str, object], needle: str) -> None:
     with pytest.raises(ConfigError) as info:
         config_from_dict(raw, env={"AM_LOCAL": "/l"})
@@ -394,8 +508,12 @@ def test_bad_adapter_trees_are_refused(raw: dict[str, object], needle: str) -> N
 
 
 def test_an_extra_adapter_names_its_own_variables() -> None:
-    raw = {"adapters": [], "adapter": [{"name": "notes", "live": "notes", "durable": "s/n",
-                                        "live_env": ["NOTES_HOME/inner"]}]}
+    raw = {
+        "adapters": [],
+        "adapter": [
+            {"name": "notes", "live": "notes", "durable": "s/n", "live_env": ["NOTES_HOME/inner"]}
+        ],
+    }
     cfg = config_from_dict(raw, env={"AM_LOCAL": "/l", "NOTES_HOME": "/n"})
     assert cfg.adapter("notes").live == Path("/n/inner")
     cfg = config_from_dict(raw, env={"AM_LOCAL": "/l"})
@@ -404,17 +522,29 @@ def test_an_extra_adapter_names_its_own_variables() -> None:
 
 @pytest.mark.dir_only("status reads local state only")
 def test_status_shows_each_tree_with_its_source_and_warns_on_a_missing_one(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     codex = tree.base / "codex-live"
     codex.mkdir()
-    env = tree.env(CODEX_HOME=str(codex), CLAUDE_CONFIG_DIR=str(tree.base / "typo"),
-                   HERMES_DURABLE=str(tree.base / "hd"))
-    out = cli("--durable", f"claude={tree.base / 'cd'}", "status", "--live",
-              f"openclaw={tree.base / 'oc'}", env=env, check=0).stdout  # before and after
+    env = tree.env(
+        CODEX_HOME=str(codex),
+        CLAUDE_CONFIG_DIR=str(tree.base / "typo"),
+        HERMES_DURABLE=str(tree.base / "hd"),
+    )
+    out = cli(
+        "--durable",
+        f"claude={tree.base / 'cd'}",
+        "status",
+        "--live",
+        f"openclaw={tree.base / 'oc'}",
+        env=env,
+        check=0,
+    ).stdout  # before and after
     assert f"openclaw: {tree.base}/oc (flag --live) -> " in out
     assert f"codex: {codex} (env $CODEX_HOME) -> {tree.data}/state/codex (default)" in out
-    assert (f"claude: {tree.base}/typo (env $CLAUDE_CONFIG_DIR) -> {tree.base}/cd "
-            "(flag --durable)") in out
+    assert (
+        f"claude: {tree.base}/typo (env $CLAUDE_CONFIG_DIR) -> {tree.base}/cd (flag --durable)"
+    ) in out
     assert f"hermes: {tree.local}/hermes (default) -> {tree.base}/hd (env $HERMES_DURABLE)" in out
     warnings = [line for line in out.splitlines() if "WARNING" in line]
     assert len(warnings) == 2 and f"{tree.base}/typo does not exist" in warnings[0]

@@ -58,8 +58,12 @@ BATCHES: list[tuple[str, dict[str, Any], int, bool]] = [
     ("commit", {"kill_mode": "commit"}, 60, False),
     ("discard", {"kill_mode": "discard"}, 45, False),
     ("commit-no-rename", {"kill_mode": "commit", "rename": False}, 45, False),
-    ("discard-no-rename", {"kill_mode": "discard", "rename": False, "rename_errno": "ENOSYS"},
-     25, False),
+    (
+        "discard-no-rename",
+        {"kill_mode": "discard", "rename": False, "rename_errno": "ENOSYS"},
+        25,
+        False,
+    ),
     ("daemon-killed", {"kill_mode": "commit"}, 30, True),
 ]
 TIME_BUDGET_S = 240.0
@@ -103,8 +107,10 @@ class LiveTree:
         i = self.rng.randrange(3)
         self.put(f"large/{i}.bin", self.body(f"large/{i}", self.rng.randint(1, 5) << 20))
         transcript = self.root / "sessions/transcript.jsonl"
-        lines = b"".join(json.dumps({"round": self.round, "n": n, "text": "x" * 60}).encode()
-                         + b"\n" for n in range(self.rng.randint(20, 400)))
+        lines = b"".join(
+            json.dumps({"round": self.round, "n": n, "text": "x" * 60}).encode() + b"\n"
+            for n in range(self.rng.randint(20, 400))
+        )
         self.put("sessions/transcript.jsonl", transcript.read_bytes() + lines)
         if self.rng.random() < 0.2:  # a file that shrinks (Codex trims history.jsonl)
             self.put("small/00.json", b"trimmed\n")
@@ -132,8 +138,14 @@ class Matrix:
         adapter: dict[str, Any] = {"name": "crash", "live": LIVE, "durable": DUR}
         if HAS_SQLITE:
             adapter["sqlite"] = ["db/state.sqlite"]
-        return {"local_root": str(local), "durable_root": str(data), "state_dir": str(state),
-                "adapters": [], "adapter": [adapter], "jobs": 4}
+        return {
+            "local_root": str(local),
+            "durable_root": str(data),
+            "state_dir": str(state),
+            "adapters": [],
+            "adapter": [adapter],
+            "jobs": 4,
+        }
 
     def config_file(self, local: Path, data: Path, state: Path) -> Path:
         path = self.base / "crash.toml"
@@ -180,8 +192,10 @@ class Matrix:
                 self.fail(where, f"{entry.path}: manifest names missing {entry.location}")
                 continue
             if _h(data) not in live.versions.get(entry.path, set()):
-                self.fail(where, f"{entry.path}: {entry.location} is not a complete version "
-                                 f"({len(data)} bytes)")
+                self.fail(
+                    where,
+                    f"{entry.path}: {entry.location} is not a complete version ({len(data)} bytes)",
+                )
             elif no_rename and entry.hash is not None and _h(data) != entry.hash:
                 self.fail(where, f"{entry.path}: object differs from its manifest entry")
         if not no_rename:
@@ -213,30 +227,35 @@ class Matrix:
         if ok != "ok":
             self.fail(where, f"{path}: SQLite snapshot fails quick_check ({ok})")
 
-    def follow_up(self, mount: BucketMount, live: LiveTree, state_dir: Path, where: str,
-                  n: int) -> None:
+    def follow_up(
+        self, mount: BucketMount, live: LiveTree, state_dir: Path, where: str, n: int
+    ) -> None:
         """A following checkpoint completes; a restore into an empty tree matches it."""
         local = live.root.parent
         eng = Engine(config_from_dict(self.raw(local, mount.mountpoint, state_dir), env={}))
         report = eng.checkpoint()
         if not report.ok:
-            self.fail(where, f"following checkpoint failed: {[a.fatal for a in report.adapters]}"
-                             f" {[str(e) for e in report.errors]}")
+            self.fail(
+                where,
+                f"following checkpoint failed: {[a.fatal for a in report.adapters]}"
+                f" {[str(e) for e in report.errors]}",
+            )
             return
         expected = live.snapshot()
         target = self.base / f"restore-{n}"
         cfg = self.raw(target, mount.mountpoint, target / ".state")
         rep = Engine(config_from_dict(cfg, env={})).restore()
         if not rep.ok:
-            self.fail(where, f"restore failed: {[a.fatal for a in rep.adapters]} "
-                             f"{[str(e) for e in rep.errors]}")
+            self.fail(
+                where,
+                f"restore failed: {[a.fatal for a in rep.adapters]} {[str(e) for e in rep.errors]}",
+            )
             return
         got = LiveTree(target / LIVE, self.rng).snapshot()
         got = {k: v for k, v in got.items() if not k.startswith("db/")}
         expected = {k: v for k, v in expected.items() if not k.startswith("db/")}
         if got != expected:
-            diff = sorted(set(got) ^ set(expected)) or [
-                k for k in got if got[k] != expected[k]]
+            diff = sorted(set(got) ^ set(expected)) or [k for k in got if got[k] != expected[k]]
             self.fail(where, f"restore differs from the last checkpoint: {diff[:5]}")
         if HAS_SQLITE:
             db = target / LIVE / "db/state.sqlite"
@@ -251,9 +270,12 @@ class Matrix:
 def _start_checkpoint(config: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCENGINE")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return subprocess.Popen([sys.executable, "-m", "syncengine", "--config", str(config), "-q",
-                             "checkpoint"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "syncengine", "--config", str(config), "-q", "checkpoint"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _sqlite_writer(live: Path) -> Callable[[int], None]:
@@ -264,8 +286,9 @@ def _sqlite_writer(live: Path) -> Callable[[int], None]:
         with sqlite3.connect(db) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("CREATE TABLE IF NOT EXISTS t (round INTEGER, body TEXT)")
-            conn.executemany("INSERT INTO t VALUES (?, ?)",
-                             [(round_, "y" * 200) for _ in range(50)])
+            conn.executemany(
+                "INSERT INTO t VALUES (?, ?)", [(round_, "y" * 200) for _ in range(50)]
+            )
         conn.close()
 
     return write
@@ -285,13 +308,19 @@ def test_crash_matrix(tmp_path: Path) -> None:
             continue
         before = (matrix.kill_points, len(matrix.failures))
         _run_batch(matrix, tmp_path / f"b{bi}", name, options, points, kill_daemon, rng)
-        per_batch[name] = {"kill_points": matrix.kill_points - before[0],
-                           "failures": len(matrix.failures) - before[1]}
+        per_batch[name] = {
+            "kill_points": matrix.kill_points - before[0],
+            "failures": len(matrix.failures) - before[1],
+        }
     result = {
-        "kill_points": matrix.kill_points, "failures": len(matrix.failures),
-        "checks": matrix.checks, "finished_before_kill": matrix.completed_before_kill,
-        "batches": per_batch, "sqlite": HAS_SQLITE,
-        "seconds": round(time.monotonic() - started, 1), "failure_list": matrix.failures[:50],
+        "kill_points": matrix.kill_points,
+        "failures": len(matrix.failures),
+        "checks": matrix.checks,
+        "finished_before_kill": matrix.completed_before_kill,
+        "batches": per_batch,
+        "sqlite": HAS_SQLITE,
+        "seconds": round(time.monotonic() - started, 1),
+        "failure_list": matrix.failures[:50],
     }
     (tmp_path / "crash-matrix.json").write_text(json.dumps(result, indent=2))
     print(f"\ncrash matrix: {json.dumps(result)}")
@@ -301,8 +330,15 @@ def test_crash_matrix(tmp_path: Path) -> None:
     assert not matrix.failures, "\n".join(matrix.failures[:20])
 
 
-def _run_batch(matrix: Matrix, base: Path, name: str, options: dict[str, Any], points: int,
-               kill_daemon: bool, rng: random.Random) -> None:
+def _run_batch(
+    matrix: Matrix,
+    base: Path,
+    name: str,
+    options: dict[str, Any],
+    points: int,
+    kill_daemon: bool,
+    rng: random.Random,
+) -> None:
     backing, mnt, local, state = base / "bucket", base / "mnt", base / "local", base / "state"
     live = LiveTree(local / LIVE, rng)
     live.populate()
@@ -357,8 +393,10 @@ def _run_batch(matrix: Matrix, base: Path, name: str, options: dict[str, Any], p
 def _record(result: dict[str, Any]) -> None:
     path = REPO / "benchmarks" / "RESULTS.md"
     text = path.read_text() if path.exists() else "# Benchmark results\n"
-    rows = "\n".join(f"| {name} | {b['kill_points']} | {b['failures']} |"
-                     for name, b in result["batches"].items())
+    rows = "\n".join(
+        f"| {name} | {b['kill_points']} | {b['failures']} |"
+        for name, b in result["batches"].items()
+    )
     section = (
         f"\n## Crash matrix\n\n`SYNCENGINE_RECORD_RESULTS=1 python -m pytest -q -s "
         f"tests/test_crash_matrix.py` ({time.strftime('%Y-%m-%d')}, {result['seconds']} s, "
@@ -366,7 +404,8 @@ def _record(result: dict[str, Any]) -> None:
         f")\n\n| batch | kill points | failures |\n|---|---|---|\n{rows}\n"
         f"| **total** | **{result['kill_points']}** | **{result['failures']}** |\n\n"
         f"{result['finished_before_kill']} of the checkpoints had already finished when the "
-        f"kill came; {result['checks']} durable-state checks.\n")
+        f"kill came; {result['checks']} durable-state checks.\n"
+    )
     marker = "\n## Crash matrix\n"
     if marker in text:
         head, _, rest = text.partition(marker)

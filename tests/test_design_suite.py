@@ -34,8 +34,11 @@ from tests.conftest import CliRunner, Tree
 from tests.helpers import Child, files, query_snapshot, start_appender
 from tests.test_sqlite import Writer, make_db
 
-MODES = {"restore": ("restore",), "checkpoint": ("checkpoint", "--no-wait"),
-         "checkpoint-final": ("checkpoint", "--final")}
+MODES = {
+    "restore": ("restore",),
+    "checkpoint": ("checkpoint", "--no-wait"),
+    "checkpoint-final": ("checkpoint", "--final"),
+}
 OLD = 1_700_000_000 * 10**9
 writers = test_sqlite.writers  # WAL writers in other processes, killed after the test
 ROLLOUT = "sessions/2026/12/01/rollout-2026-12-01T10-00-00-0000.jsonl"
@@ -65,34 +68,52 @@ class Deployment:
 @pytest.fixture
 def dep(tree: Tree, cli: CliRunner) -> Deployment:
     live_root, durable_root = tree.base / "srv", tree.data / "elsewhere"
-    live = {"codex": live_root / "codex", "claude": live_root / "claude",
-            "gemini": live_root / "gemini-home/.gemini", "openclaw": live_root / "openclaw",
-            "opencode": live_root / "opencode", "hermes": live_root / "hermes"}
+    live = {
+        "codex": live_root / "codex",
+        "claude": live_root / "claude",
+        "gemini": live_root / "gemini-home/.gemini",
+        "openclaw": live_root / "openclaw",
+        "opencode": live_root / "opencode",
+        "hermes": live_root / "hermes",
+    }
     durable = {name: durable_root / name for name in live}
     env = tree.env(
-        CODEX_HOME=str(live["codex"]), CODEX_DURABLE=str(durable["codex"]),
-        CLAUDE_CONFIG_DIR=str(live["claude"]), CLAUDE_DURABLE=str(durable["claude"]),
+        CODEX_HOME=str(live["codex"]),
+        CODEX_DURABLE=str(durable["codex"]),
+        CLAUDE_CONFIG_DIR=str(live["claude"]),
+        CLAUDE_DURABLE=str(durable["claude"]),
         GEMINI_CLI_HOME=str(live_root / "gemini-home"),  # GEMINI_LIVE: its default
         GEMINI_DURABLE=str(durable["gemini"]),
-        OPENCLAW_STATE_DIR=str(live["openclaw"]), OPENCLAW_DURABLE=str(durable["openclaw"]),
-        OPENCODE_LIVE=str(live["opencode"]), OPENCODE_DURABLE=str(durable["opencode"]),
-        HERMES_LIVE=str(live["hermes"]), HERMES_DURABLE=str(durable["hermes"]))
+        OPENCLAW_STATE_DIR=str(live["openclaw"]),
+        OPENCLAW_DURABLE=str(durable["openclaw"]),
+        OPENCODE_LIVE=str(live["opencode"]),
+        OPENCODE_DURABLE=str(durable["opencode"]),
+        HERMES_LIVE=str(live["hermes"]),
+        HERMES_DURABLE=str(durable["hermes"]),
+    )
     assert "SYNCENGINE_CONFIG" not in env
     return Deployment(tree, cli, env, live, durable)
 
 
 # One file-backed state per harness, as each harness writes it (harnesses.md).
 STATE = {
-    "codex": {ROLLOUT: ('{"type":"session_meta"}\n{"type":"turn"}\n', 0o644),
-              "history.jsonl": ('{"text":"hi"}\n', 0o644), "auth.json": ('{"t":"s"}', 0o600),
-              "config.toml": ('model = "m"\n', 0o644)},
-    "claude": {"projects/-work/0b1f.jsonl": ('{"type":"user"}\n', 0o644),
-               ".credentials.json": ('{"k":"s"}', 0o600)},
-    "gemini": {"tmp/work/chats/session-2026-12-01T10-00-abcd1234.jsonl": ("{}\n", 0o644),
-               "settings.json": ("{}", 0o644), "oauth_creds.json": ("{}", 0o600)},
+    "codex": {
+        ROLLOUT: ('{"type":"session_meta"}\n{"type":"turn"}\n', 0o644),
+        "history.jsonl": ('{"text":"hi"}\n', 0o644),
+        "auth.json": ('{"t":"s"}', 0o600),
+        "config.toml": ('model = "m"\n', 0o644),
+    },
+    "claude": {
+        "projects/-work/0b1f.jsonl": ('{"type":"user"}\n', 0o644),
+        ".credentials.json": ('{"k":"s"}', 0o600),
+    },
+    "gemini": {
+        "tmp/work/chats/session-2026-12-01T10-00-abcd1234.jsonl": ("{}\n", 0o644),
+        "settings.json": ("{}", 0o644),
+        "oauth_creds.json": ("{}", 0o600),
+    },
     "openclaw": {"openclaw.json": ("{}", 0o644), "credentials/whatsapp.json": ("{}", 0o600)},
-    "opencode": {"storage/session/info/ses_1.json": ("{}", 0o644),
-                 "auth.json": ("{}", 0o600)},
+    "opencode": {"storage/session/info/ses_1.json": ("{}", 0o644), "auth.json": ("{}", 0o600)},
     "hermes": {"config.yaml": ("model: m\n", 0o644), ".env": ("K=v\n", 0o600)},
 }
 
@@ -168,11 +189,12 @@ def test_the_first_checkpoint_captures_pre_existing_newer_local_state(dep: Deplo
             assert (dep.live[name] / rel).read_text() == text, (name, rel)
 
 
-def test_opencode_and_hermes_files_checkpoint_before_their_database_exists(
-        dep: Deployment) -> None:
+def test_opencode_and_hermes_files_checkpoint_before_their_database_exists(dep: Deployment) -> None:
     _write_state(dep)
-    assert not list(dep.live["opencode"].glob("*.db")) and not (
-        dep.live["hermes"] / "state.db").exists()
+    assert (
+        not list(dep.live["opencode"].glob("*.db"))
+        and not (dep.live["hermes"] / "state.db").exists()
+    )
     out = dep.mode("checkpoint").stdout
     assert "opencode: published 2 file(s)" in out and "hermes: published 2 file(s)" in out
     assert (dep.durable["opencode"] / "storage/session/info/ses_1.json").is_file()
@@ -232,9 +254,12 @@ def test_a_killed_writer_is_reconstructed_by_a_fresh_local_restore(dep: Deployme
 
 
 def test_sqlite_snapshots_are_online_backups_with_the_wal_content(
-        dep: Deployment, writers: list[Writer]) -> None:
-    dbs = {"opencode": dep.live["opencode"] / "opencode.db",
-           "hermes": dep.live["hermes"] / "state.db"}
+    dep: Deployment, writers: list[Writer]
+) -> None:
+    dbs = {
+        "opencode": dep.live["opencode"] / "opencode.db",
+        "hermes": dep.live["hermes"] / "state.db",
+    }
     for name, db in dbs.items():
         w = Writer(db)  # WAL mode, autocheckpoint off: the committed rows are in the WAL
         writers.append(w)
@@ -244,7 +269,8 @@ def test_sqlite_snapshots_are_online_backups_with_the_wal_content(
     for name, db in dbs.items():
         snap = dep.durable[name] / "checkpoints" / db.name
         assert query_snapshot(snap, dep.tree.base, "select count(*) from t") == [
-            (25 if name == "opencode" else 7,)], name
+            (25 if name == "opencode" else 7,)
+        ], name
     published = [p for p in dep.tree.backing.rglob("*") if p.name.endswith(("-wal", "-shm"))]
     assert published == [], "no WAL or SHM is ever published"
     # an idle database (its writer alive, nothing committed) writes nothing durable
@@ -252,12 +278,12 @@ def test_sqlite_snapshots_are_online_backups_with_the_wal_content(
         assert "published 0 file(s)" in dep.mode("checkpoint").stdout
     writers[0].insert(5)  # a new commit: the next snapshot has it
     dep.mode("checkpoint")
-    assert query_snapshot(dep.durable["opencode"] / "checkpoints/opencode.db", dep.tree.base,
-                          "select count(*) from t") == [(30,)]
+    assert query_snapshot(
+        dep.durable["opencode"] / "checkpoints/opencode.db", dep.tree.base, "select count(*) from t"
+    ) == [(30,)]
 
 
-def test_a_corrupt_live_database_fails_closed_and_keeps_the_prior_snapshot(
-        dep: Deployment) -> None:
+def test_a_corrupt_live_database_fails_closed_and_keeps_the_prior_snapshot(dep: Deployment) -> None:
     db = dep.live["hermes"] / "state.db"
     make_db(db, 12)
     dep.mode("checkpoint")
@@ -277,7 +303,8 @@ def test_a_corrupt_live_database_fails_closed_and_keeps_the_prior_snapshot(
 
 
 def test_restore_leaves_no_stale_wal_or_shm_beside_a_restored_database(
-        dep: Deployment, writers: list[Writer]) -> None:
+    dep: Deployment, writers: list[Writer]
+) -> None:
     db = dep.live["opencode"] / "opencode.db"
     w = Writer(db)
     writers.append(w)
@@ -286,16 +313,18 @@ def test_restore_leaves_no_stale_wal_or_shm_beside_a_restored_database(
     w.close()
     dep.wipe_local()
     dep.mode("restore")
-    assert sorted(p.name for p in dep.live["opencode"].iterdir() if "opencode.db" in p.name) \
-        == ["opencode.db"]
+    assert sorted(p.name for p in dep.live["opencode"].iterdir() if "opencode.db" in p.name) == [
+        "opencode.db"
+    ]
     assert _rows(db) == 9
     # a database lost with its stale companions left behind (a previous life's WAL)
     db.unlink()
     Path(f"{db}-wal").write_bytes(b"\x37\x7f\x06\x82" + b"\0" * 60)
     Path(f"{db}-shm").write_bytes(b"\0" * 100)
     dep.mode("restore")
-    assert sorted(p.name for p in dep.live["opencode"].iterdir() if "opencode.db" in p.name) \
-        == ["opencode.db"]
+    assert sorted(p.name for p in dep.live["opencode"].iterdir() if "opencode.db" in p.name) == [
+        "opencode.db"
+    ]
     assert _rows(db) == 9
 
 
@@ -318,9 +347,14 @@ def test_the_periodic_mode_skips_while_locked_and_the_others_wait(dep: Deploymen
     try:
         out = dep.mode("checkpoint")
         assert out.stdout.strip() == "checkpoint skipped: another checkpoint or restore is running"
-        final = subprocess.Popen([sys.executable, "-m", "syncengine", *MODES["checkpoint-final"]],
-                                 env=dep.env, cwd=dep.tree.base, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+        final = subprocess.Popen(
+            [sys.executable, "-m", "syncengine", *MODES["checkpoint-final"]],
+            env=dep.env,
+            cwd=dep.tree.base,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         with pytest.raises(subprocess.TimeoutExpired):
             final.wait(timeout=2)  # it waits for the lock instead of skipping
     finally:

@@ -35,8 +35,10 @@ live = "t"
 durable = "state/t"
 exclude = ["cache/"]
 """
-RAW = {"adapters": [], "adapter": [
-    {"name": "t", "live": "t", "durable": "state/t", "exclude": ["cache/"]}]}
+RAW = {
+    "adapters": [],
+    "adapter": [{"name": "t", "live": "t", "durable": "state/t", "exclude": ["cache/"]}],
+}
 AHEAD_NS = 10 * 10**9  # a clock ahead: the directories just made are trusted by the table
 
 
@@ -89,8 +91,14 @@ def test_directory_modes_round_trip(tree: Tree, cli: CliRunner) -> None:
     """Directory modes: 0700, 0750, 0755 round-trip on every store kind."""
     conf = _conf(tree)
     live = _live(tree)
-    modes = {"credentials": 0o700, "shared": 0o750, "public": 0o755, "public/inner": 0o700,
-             "empty700": 0o700, "empty750": 0o750}
+    modes = {
+        "credentials": 0o700,
+        "shared": 0o750,
+        "public": 0o755,
+        "public/inner": 0o700,
+        "empty700": 0o700,
+        "empty750": 0o750,
+    }
     for d in modes:
         _mkdir(live / d, 0o755)
     tree.write("t/credentials/key.json", "{}", mode=0o600)
@@ -107,13 +115,15 @@ def test_directory_modes_round_trip(tree: Tree, cli: CliRunner) -> None:
 
 @pytest.mark.memory
 def test_a_new_or_changed_directory_is_in_the_next_manifest_and_idle_stays_idle(
-        tree: Tree, engine: EngineFactory) -> None:
+    tree: Tree, engine: EngineFactory
+) -> None:
     """With the directory table trusted (a clock ahead): a new directory and a chmod reach
     the next pass's manifest object; an idle pass writes nothing; a removed directory is
     counted absent and kept in the manifest (gc drops it)."""
     base = engine(RAW)
-    eng = Engine(base.config, stores=base.stores, clock=lambda: time.time_ns() + AHEAD_NS,
-                 scan_workers=1)
+    eng = Engine(
+        base.config, stores=base.stores, clock=lambda: time.time_ns() + AHEAD_NS, scan_workers=1
+    )
     live = _live(tree)
     for d in ("a/b", "c", "full"):
         _mkdir(live / d, 0o755)
@@ -141,25 +151,34 @@ def test_a_new_or_changed_directory_is_in_the_next_manifest_and_idle_stays_idle(
     assert "c/new/deeper" in _entries(tree)  # until gc's tombstone drops it
 
 
-def test_a_git_repository_with_empty_refs_works_after_restore(tree: Tree,
-                                                              cli: CliRunner) -> None:
+def test_a_git_repository_with_empty_refs_works_after_restore(tree: Tree, cli: CliRunner) -> None:
     """opencode keeps a git repository per project; git needs its empty refs/ to call it
     one (refs/heads, refs/tags, objects/pack, branches are empty after `git init`)."""
     conf = _conf(tree)
     repo = _live(tree) / "snapshot/proj"
     repo.mkdir(parents=True)
-    env = {**os.environ, "HOME": str(tree.base), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "HOME": str(tree.base),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
 
     def git(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                              env=env, timeout=60)
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, timeout=60
+        )
 
     assert git("init", "-q").returncode == 0
     (repo / "a.txt").write_text("a\n")
-    empty = [d for d in ("refs/heads", "refs/tags", "objects/pack", "branches")
-             if not any((repo / ".git" / d).iterdir())]
+    empty = [
+        d
+        for d in ("refs/heads", "refs/tags", "objects/pack", "branches")
+        if not any((repo / ".git" / d).iterdir())
+    ]
     assert empty, "git init made no empty directory: nothing to test"
     assert git("status", "--porcelain").returncode == 0
     cli("--config", conf, "checkpoint", check=0)
@@ -174,24 +193,33 @@ def test_a_git_repository_with_empty_refs_works_after_restore(tree: Tree,
 
 def _write_manifest(store_root: Path, lines: list[dict[str, object]]) -> None:
     """A hand-written base manifest object (what anyone who can write the bucket can do)."""
-    header = {"syncengine_manifest": manifest.FORMAT, "adapter": "t", "seq": 1,
-              "type": "base", "created_ns": 1}
+    header = {
+        "syncengine_manifest": manifest.FORMAT,
+        "adapter": "t",
+        "seq": 1,
+        "type": "base",
+        "created_ns": 1,
+    }
     body = [json.dumps(header), *map(json.dumps, lines), json.dumps({"end": len(lines)})]
     (store_root / MANIFEST_DIR).mkdir(parents=True)
     (store_root / MANIFEST_DIR / f"{1:012d}.base.jsonl").write_text("\n".join(body) + "\n")
 
 
 def test_special_bits_on_directories_are_dropped_and_bad_modes_refused(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     conf = _conf(tree)
-    _write_manifest(tree.data / "state/t", [
-        {"path": "sgid", "kind": "dir", "mode": 0o2755},
-        {"path": "suid/inner", "kind": "dir", "mode": 0o4700},
-        {"path": "sticky", "kind": "dir", "mode": 0o1777},
-        {"path": "huge", "kind": "dir", "mode": 0o17777},
-        {"path": "nomode", "kind": "dir"},
-        {"path": "text", "kind": "dir", "mode": "0755"},
-    ])
+    _write_manifest(
+        tree.data / "state/t",
+        [
+            {"path": "sgid", "kind": "dir", "mode": 0o2755},
+            {"path": "suid/inner", "kind": "dir", "mode": 0o4700},
+            {"path": "sticky", "kind": "dir", "mode": 0o1777},
+            {"path": "huge", "kind": "dir", "mode": 0o17777},
+            {"path": "nomode", "kind": "dir"},
+            {"path": "text", "kind": "dir", "mode": "0755"},
+        ],
+    )
     out = cli("--config", conf, "restore", check=1)
     live = _live(tree)
     assert dir_modes(live) == {"sgid": 0o755, "suid": 0o700, "suid/inner": 0o700, "sticky": 0o777}
@@ -213,21 +241,32 @@ def _without_dac_override() -> None:  # in the child, before exec
 
 
 def _unprivileged(tree: Tree, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "syncengine", *args], capture_output=True,
-                          text=True, env=tree.env(), cwd=tree.base, timeout=120,
-                          preexec_fn=_without_dac_override)
+    return subprocess.run(
+        [sys.executable, "-m", "syncengine", *args],
+        capture_output=True,
+        text=True,
+        env=tree.env(),
+        cwd=tree.base,
+        timeout=120,
+        preexec_fn=_without_dac_override,
+    )
 
 
-def test_a_read_only_directory_is_restored_with_everything_inside(tree: Tree,
-                                                                  cli: CliRunner) -> None:
+def test_a_read_only_directory_is_restored_with_everything_inside(
+    tree: Tree, cli: CliRunner
+) -> None:
     """A 0500 directory's mode is set after its files are placed: set first, it would keep
     restore from writing them (permission bits bind root too once it drops DAC override)."""
     conf = _conf(tree)
     live = _live(tree)
     probe = tree.base / "probe"
     _mkdir(probe, 0o500)
-    denied = subprocess.run([sys.executable, "-c", f"open({str(probe / 'x')!r}, 'w')"],
-                            capture_output=True, preexec_fn=_without_dac_override, timeout=60)
+    denied = subprocess.run(
+        [sys.executable, "-c", f"open({str(probe / 'x')!r}, 'w')"],
+        capture_output=True,
+        preexec_fn=_without_dac_override,
+        timeout=60,
+    )
     if denied.returncode in (0, 97):
         pytest.skip("cannot drop CAP_DAC_OVERRIDE here: a 0500 directory would not bind")
     tree.write("t/ro/a.txt", "a\n")
@@ -245,19 +284,29 @@ def test_a_read_only_directory_is_restored_with_everything_inside(tree: Tree,
 
 @pytest.mark.dir_only("the watcher watches the local tree only")
 def test_a_watcher_driven_pass_records_a_new_empty_directory_and_a_chmod(
-        tree: Tree, engine: EngineFactory) -> None:
+    tree: Tree, engine: EngineFactory
+) -> None:
     live = _live(tree)
     _mkdir(live / "old", 0o755)
     tree.write("t/f.txt", "f\n")
     runner = Runner(engine(RAW), interval=0.05, rescan_interval=3600)
     with runner:
-        _until(lambda: runner.passes >= 1 and runner.watcher is not None
-               and runner.watcher.pending()["t"] is not None)  # the first (full) walk is done
+        _until(
+            lambda: (
+                runner.passes >= 1
+                and runner.watcher is not None
+                and runner.watcher.pending()["t"] is not None
+            )
+        )  # the first (full) walk is done
         assert runner.mode == "events"
         _mkdir(live / "new", 0o755)
         (live / "old").chmod(0o700)
-        _until(lambda: {p: e.mode for p, e in _entries(tree).items() if e.kind == "dir"}
-               == {"old": 0o700, "new": 0o755})
+        _until(
+            lambda: (
+                {p: e.mode for p, e in _entries(tree).items() if e.kind == "dir"}
+                == {"old": 0o700, "new": 0o755}
+            )
+        )
 
 
 def _until(cond: Callable[[], bool], timeout: float = 20) -> None:
@@ -270,15 +319,17 @@ def _until(cond: Callable[[], bool], timeout: float = 20) -> None:
 
 @pytest.mark.memory
 def test_removed_directories_are_tombstoned_and_a_file_turned_directory_waits_for_gc(
-        tree: Tree, engine: EngineFactory) -> None:
+    tree: Tree, engine: EngineFactory
+) -> None:
     """A removed directory is counted absent; gc drops its entry (no object to delete).  A
     file replaced by a directory of its name: the directory is not recorded while the file's
     entry (whose durable copy sits where the directory would go) is kept, is looked at again
     each pass, and is recorded in the pass after gc deleted the file."""
     raw = {**RAW, "gc": {"absent_passes": 1, "grace_seconds": 0}}
     base = engine(raw)
-    eng = Engine(base.config, stores=base.stores, clock=lambda: time.time_ns() + AHEAD_NS,
-                 scan_workers=1)
+    eng = Engine(
+        base.config, stores=base.stores, clock=lambda: time.time_ns() + AHEAD_NS, scan_workers=1
+    )
     live = _live(tree)
     _mkdir(live / "gone/inner", 0o755)
     tree.write("t/f", "a file\n")
@@ -289,8 +340,10 @@ def test_removed_directories_are_tombstoned_and_a_file_turned_directory_waits_fo
     shutil.rmtree(live / "gone")
     (live / "f").unlink()
     _mkdir(live / "f", 0o700)
-    skip = "skip f/ (a file of that name is still recorded; the directory is recorded once " \
-           "gc has dropped it)"
+    skip = (
+        "skip f/ (a file of that name is still recorded; the directory is recorded once "
+        "gc has dropped it)"
+    )
     plan = eng.checkpoint(dry_run=True).adapters[0].plan
     assert skip in plan
     assert "absent gone/ (directory: its manifest entry is kept until gc)" in plan
@@ -300,17 +353,20 @@ def test_removed_directories_are_tombstoned_and_a_file_turned_directory_waits_fo
     eng.checkpoint()
     assert {"gone", "gone/inner", "f"} <= _entries(tree).keys()
     rep = eng.gc(apply=True).adapters[0]
-    deleted = {a.split(" (")[0]: a.rsplit("; ", 1)[-1] for a in rep.actions
-               if "(tombstone" in a}
-    assert deleted == {"delete f": "1 object(s), 7 bytes)", "delete gone": "0 object(s), 0 bytes)",
-                       "delete gone/inner": "0 object(s), 0 bytes)"}, rep
+    deleted = {a.split(" (")[0]: a.rsplit("; ", 1)[-1] for a in rep.actions if "(tombstone" in a}
+    assert deleted == {
+        "delete f": "1 object(s), 7 bytes)",
+        "delete gone": "0 object(s), 0 bytes)",
+        "delete gone/inner": "0 object(s), 0 bytes)",
+    }, rep
     assert not {"gone", "gone/inner", "f"} & _entries(tree).keys()
     assert eng.checkpoint().adapters[0].dirs == 1
     assert _entries(tree)["f"] == manifest.Entry("f", "dir", mode=0o700)
 
 
 def test_an_index_rebuilt_from_the_manifest_records_no_directory_again(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     conf = _conf(tree)
     for d in ("a/b", "c"):
         _mkdir(_live(tree) / d, 0o750)
@@ -324,7 +380,8 @@ def test_an_index_rebuilt_from_the_manifest_records_no_directory_again(
 
 
 def test_a_hot_restart_keeps_the_local_directory_mode_and_records_it(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     """Invariant 5: the local tree of a hot restart is newer; a directory there keeps its
     mode, and the next checkpoint records that mode.  A missing one is made as recorded."""
     conf = _conf(tree)

@@ -43,30 +43,41 @@ while True:
 
 @pytest.mark.dir_only("the example is tested against local directories, as in CI")
 def test_the_entrypoint_example_migrates_restores_runs_and_takes_the_final_checkpoint(
-        tree: Tree) -> None:
+    tree: Tree,
+) -> None:
     shim = tree.base / "bin"
     shim.mkdir()
     (shim / "syncengine").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m syncengine "$@"\n')
     (shim / "syncengine").chmod(0o755)
     home, live, durable = tree.base / "home", tree.base / "srv", tree.data / "state"
-    env = tree.env(PATH=f"{shim}{os.pathsep}{os.environ['PATH']}", HOME=str(home),
-                   CODEX_HOME=str(live / "codex"), CODEX_DURABLE=str(durable / "codex"),
-                   HERMES_LIVE=str(live / "hermes"), AGENT_STATE_CHECKPOINT_SECONDS="0.2")
+    env = tree.env(
+        PATH=f"{shim}{os.pathsep}{os.environ['PATH']}",
+        HOME=str(home),
+        CODEX_HOME=str(live / "codex"),
+        CODEX_DURABLE=str(durable / "codex"),
+        HERMES_LIVE=str(live / "hermes"),
+        AGENT_STATE_CHECKPOINT_SECONDS="0.2",
+    )
     # the old layout: a checkpoint of the old script, and Hermes's home on the bucket
     (durable / "codex").mkdir(parents=True)
     (durable / "codex/history.jsonl").write_text('{"restored": true}\n')
     (home / ".hermes").mkdir(parents=True)
     (home / ".hermes/config.yaml").write_text("model: m\n")
     (shim / "server.py").write_text(SERVER)
-    proc = subprocess.Popen([str(SCRIPT), sys.executable, str(shim / "server.py"), ROLLOUT],
-                            env=env, cwd=tree.base, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [str(SCRIPT), sys.executable, str(shim / "server.py"), ROLLOUT],
+        env=env,
+        cwd=tree.base,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         out = Lines(proc.stdout)
         ready = out.wait_for(lambda line: line.startswith("ready"))
         assert out.lines[ready] == 'ready {"restored": true}', "restored before the server"
-        assert any(line.startswith("done: copy") and ".hermes" in line
-                   for line in out.lines[:ready]), "migrated first"
+        assert any(
+            line.startswith("done: copy") and ".hermes" in line for line in out.lines[:ready]
+        ), "migrated first"
         proc.send_signal(signal.SIGTERM)  # what the container runtime sends
         out.wait_for(lambda line: line == "stopping", start=ready)
         assert proc.wait(timeout=60) == 0
@@ -82,9 +93,13 @@ def test_the_entrypoint_example_migrates_restores_runs_and_takes_the_final_check
     # the final checkpoint has it to the last byte, whole at its plain path too
     assert (durable / "codex" / ROLLOUT).read_bytes() == written
     fresh = tree.base / "fresh"
-    subprocess.run([str(shim / "syncengine"), "restore", "codex"], check=True, cwd=tree.base,
-                   env={**env, "CODEX_HOME": str(fresh), "AM_LOCAL": str(tree.base / "l2")},
-                   capture_output=True)
+    subprocess.run(
+        [str(shim / "syncengine"), "restore", "codex"],
+        check=True,
+        cwd=tree.base,
+        env={**env, "CODEX_HOME": str(fresh), "AM_LOCAL": str(tree.base / "l2")},
+        capture_output=True,
+    )
     assert (fresh / ROLLOUT).read_bytes() == written
     assert os.readlink(home / ".hermes") == str(live / "hermes")
     assert (live / "hermes/config.yaml").read_text() == "model: m\n"
@@ -95,5 +110,7 @@ def test_the_readme_gives_the_tested_line() -> None:
     assert line in SCRIPT.read_text().splitlines()
     readme = (REPO / "README.md").read_text()
     assert line in readme
-    assert ('ENTRYPOINT ["/bin/sh", "-c", "syncengine migrate && exec syncengine run -- '
-            '\\"$@\\"", "entrypoint"]') in readme
+    assert (
+        'ENTRYPOINT ["/bin/sh", "-c", "syncengine migrate && exec syncengine run -- '
+        '\\"$@\\"", "entrypoint"]'
+    ) in readme

@@ -102,14 +102,19 @@ def test_published_paths_are_what_a_checkpoint_records(tree: Tree, cli: CliRunne
     decisions = _explain(cli, conf)
     cli("--config", str(conf), "checkpoint", check=0)
     entries = manifest.load(tree.store("state/app")).entries
-    kinds = {"publish": "file", "segments": "segments", "snapshot": "sqlite",
-             "unlisted-db": "sqlite", "link": "symlink", "dir": "dir"}
+    kinds = {
+        "publish": "file",
+        "segments": "segments",
+        "snapshot": "sqlite",
+        "unlisted-db": "sqlite",
+        "link": "symlink",
+        "dir": "dir",
+    }
     expected = {p: kinds[d["action"]] for p, d in decisions.items() if d["action"] in kinds}
     assert {p: e.kind for p, e in entries.items()} == expected
 
 
-def test_paths_inside_excluded_directories_and_outside_the_tree(tree: Tree,
-                                                                 cli: CliRunner) -> None:
+def test_paths_inside_excluded_directories_and_outside_the_tree(tree: Tree, cli: CliRunner) -> None:
     conf = _layout(tree)
     full = str(tree.local / "app/cache/blob")
     got = _explain(cli, conf, full, "missing.txt")

@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 Factory = Callable[..., BucketMount]
 # With atomic O_TRUNC the kernel sends open(O_TRUNC); without it (some kernels and
 # libfuse versions) open without O_TRUNC, then a truncate to 0: both must behave alike.
-TRUNC_MODES = pytest.mark.parametrize("atomic_trunc", [True, False],
-                                      ids=["atomic-trunc", "trunc-after-open"])
+TRUNC_MODES = pytest.mark.parametrize(
+    "atomic_trunc", [True, False], ids=["atomic-trunc", "trunc-after-open"]
+)
 
 # Opens PATH for writing, writes, says so on fd READY, then waits to be killed
 # (or, with "exit", leaves without closing).
@@ -108,8 +109,9 @@ def assert_truncate_mode(mount: BucketMount, atomic_trunc: bool) -> None:
 
 
 @TRUNC_MODES
-def test_overwrite_keeps_the_previous_object_until_close(bucket_factory: Factory,
-                                                         atomic_trunc: bool) -> None:
+def test_overwrite_keeps_the_previous_object_until_close(
+    bucket_factory: Factory, atomic_trunc: bool
+) -> None:
     mount = bucket_factory(atomic_trunc=atomic_trunc, stats=True)
     put(mount.mountpoint / "f", b"old")
     with opened(mount.mountpoint / "f", os.O_WRONLY | os.O_TRUNC) as fd:
@@ -126,8 +128,9 @@ def test_overwrite_keeps_the_previous_object_until_close(bucket_factory: Factory
     [os.O_WRONLY | os.O_APPEND, os.O_RDWR, os.O_WRONLY, os.O_RDWR | os.O_CREAT],
     ids=["append", "rdwr", "wronly", "rdwr-creat"],
 )
-def test_write_to_existing_without_truncate_is_eperm(bucket_factory: Factory, flags: int,
-                                                     atomic_trunc: bool) -> None:
+def test_write_to_existing_without_truncate_is_eperm(
+    bucket_factory: Factory, flags: int, atomic_trunc: bool
+) -> None:
     """hf-mount refuses at open; without atomic O_TRUNC the open cannot tell, the write does."""
     mount = bucket_factory(atomic_trunc=atomic_trunc)
     put(mount.mountpoint / "log", b"line\n")
@@ -233,8 +236,9 @@ def test_rename_can_be_refused(bucket_factory: Factory, code: str) -> None:
 @TRUNC_MODES
 @pytest.mark.parametrize("existing", [False, True], ids=["new", "overwrite"])
 @pytest.mark.parametrize("kill_mode", ["commit", "discard"])
-def test_killed_writer(bucket_factory: Factory, kill_mode: str, existing: bool,
-                       atomic_trunc: bool) -> None:
+def test_killed_writer(
+    bucket_factory: Factory, kill_mode: str, existing: bool, atomic_trunc: bool
+) -> None:
     mount = bucket_factory(kill_mode=kill_mode, stats=True, atomic_trunc=atomic_trunc)
     if existing:
         put(mount.mountpoint / "f", b"previous")
@@ -370,8 +374,9 @@ def test_daemon_unmounts_when_its_parent_dies(tmp_path: Path) -> None:
 
 
 @TRUNC_MODES
-def test_refuse_at_close_accepts_the_open_and_fails_the_close(bucket_factory: Factory,
-                                                              atomic_trunc: bool) -> None:
+def test_refuse_at_close_accepts_the_open_and_fails_the_close(
+    bucket_factory: Factory, atomic_trunc: bool
+) -> None:
     """rclone --vfs-cache-mode off: an append is refused at write and close, not at open."""
     mount = bucket_factory(refuse_at_close=True, atomic_trunc=atomic_trunc)
     put(mount.mountpoint / "log", b"line\n")
@@ -397,7 +402,8 @@ def test_refuse_containing_fails_that_commit_at_close(bucket_factory: Factory) -
 
 
 def test_write_back_acknowledges_close_and_lands_at_unmount_or_never(
-        bucket_factory: Factory) -> None:
+    bucket_factory: Factory,
+) -> None:
     """--write-back: the mount shows a closed object at once (content, chmod, mtime), the
     bucket does not; a rename moves the pending upload and leaves the older object in the
     bucket; a clean unmount lands what is pending, a kill loses it (rclone with its cache
@@ -421,7 +427,8 @@ def test_write_back_acknowledges_close_and_lands_at_unmount_or_never(
     assert sorted(os.listdir(mnt)) == ["a", "old"]
     mount.unmount()
     assert (backing / "a").read_bytes() == b"pending\n" and (backing / "old").read_bytes() == (
-        b"second\n")
+        b"second\n"
+    )
     assert (backing / "a").stat().st_mtime_ns == 1_600_000_000_000_000_001
     assert (backing / "a").stat().st_mode & 0o777 == 0o600
     mount = bucket_factory(write_back_s=600.0)

@@ -20,9 +20,11 @@ from tests.conftest import CliRunner, Tree
 from tests.helpers import files
 
 DAY = 86400 * 10**9
-RAW = {"adapters": [], "adapter": [{"name": "x", "live": "x", "durable": "state/x",
-                                    "segments": ["logs/*.jsonl"]}],
-       "gc": {"absent_passes": 3, "grace_seconds": 7 * 86400}}
+RAW = {
+    "adapters": [],
+    "adapter": [{"name": "x", "live": "x", "durable": "state/x", "segments": ["logs/*.jsonl"]}],
+    "gc": {"absent_passes": 3, "grace_seconds": 7 * 86400},
+}
 
 
 class Clock:
@@ -102,7 +104,8 @@ def test_never_deletes_a_file_that_exists_locally(tree: Tree, clock: Clock) -> N
     facts = gc.gather(state)
     actions = gc.plan(facts, eng.config.gc, clock.now)
     assert [str(a).split(" (")[0] for a in actions if isinstance(a, gc.DeletePath)] == [
-        "delete f1.txt"]
+        "delete f1.txt"
+    ]
     tree.write("x/f1.txt", "reappeared between plan and delete\n")
     result = gc.execute(state, facts, actions, clock.now)
     assert result.kept == ("f1.txt",) and result.objects == 0
@@ -110,8 +113,7 @@ def test_never_deletes_a_file_that_exists_locally(tree: Tree, clock: Clock) -> N
     assert durable.head("f0.txt") is not None and durable.head("f1.txt") is not None
 
 
-def test_refuses_an_empty_or_partial_local_view(tree: Tree, clock: Clock, cli: CliRunner
-                                                ) -> None:
+def test_refuses_an_empty_or_partial_local_view(tree: Tree, clock: Clock, cli: CliRunner) -> None:
     _populate(tree)
     _passes(tree, clock, 1)
     for i in range(6):
@@ -186,8 +188,7 @@ def test_cleans_staging_superseded_manifests_and_chains(tree: Tree, clock: Clock
 
 
 def test_gc_config_is_validated(tree: Tree) -> None:
-    for bad in ({"absent_passes": 0}, {"grace_seconds": -1}, {"nope": 1},
-                {"min_present_ratio": 2}):
+    for bad in ({"absent_passes": 0}, {"grace_seconds": -1}, {"nope": 1}, {"min_present_ratio": 2}):
         with pytest.raises(ConfigError):
             config_from_dict({**RAW, "gc": bad}, env=tree.env())
     cfg = config_from_dict(RAW, env=tree.env())

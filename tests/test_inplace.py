@@ -47,15 +47,17 @@ def _version(path: os.PathLike[str], fill: bytes) -> None:
 
 
 def test_rewrite_in_place_during_the_copy_keeps_the_previous_durable_copy(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     live = tree.write(f"{CODEX}/big.bin", b"A" * 100)
     cli("checkpoint", "codex", check=0)
     _version(live, b"B")  # version B: a new size, so it is copied without hashing first
 
     def rewrite(pos: int | None) -> None:
         assert pos is not None and CHUNK <= pos < SIZE - MARK  # mid-copy, end not read
-        subprocess.run([sys.executable, "-c", REWRITE, str(live), str(SIZE), str(MARK)],
-                       check=True, timeout=60)
+        subprocess.run(
+            [sys.executable, "-c", REWRITE, str(live), str(SIZE), str(MARK)], check=True, timeout=60
+        )
 
     # let reads through until the copy has read its first chunk
     out, err = _checkpoint_held(tree, live, CHUNK, rewrite)
@@ -78,12 +80,14 @@ LOG = f"{CODEX}/sessions/rollout-1.jsonl"  # codex's segments pattern: a log of 
 
 
 def _lines(fill: bytes, first: int, count: int) -> bytes:
-    return b"".join(b'{"n": %06d, "v": "%s"}\n' % (i, fill * 40)
-                    for i in range(first, first + count))
+    return b"".join(
+        b'{"n": %06d, "v": "%s"}\n' % (i, fill * 40) for i in range(first, first + count)
+    )
 
 
 def test_a_log_rewritten_in_place_while_its_new_segment_is_copied_publishes_nothing(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     live = tree.write(LOG, _lines(b"A", 0, 100))
     cli("checkpoint", "codex", check=0)  # the chain's base: A lines
     covered = live.stat().st_size
@@ -110,20 +114,27 @@ def test_a_log_rewritten_in_place_while_its_new_segment_is_copied_publishes_noth
     assert restore() == rewritten
 
 
-def _checkpoint_held(tree: Tree, live: Path, at: int,
-                     meanwhile: Callable[[int | None], None]) -> tuple[str, str]:
+def _checkpoint_held(
+    tree: Tree, live: Path, at: int, meanwhile: Callable[[int | None], None]
+) -> tuple[str, str]:
     """`syncengine -v checkpoint codex` in its own process, its reads of `live` held at the
     first one from offset `at` on while `meanwhile(offset)` runs; its (stdout, stderr),
     once it exited 0."""
     try:
         gate = ReadGate(live)
     except OSError as exc:
-        pytest.skip(f"fanotify permission events unavailable (root, "
-                    f"CONFIG_FANOTIFY_ACCESS_PERMISSIONS): {exc}")
+        pytest.skip(
+            f"fanotify permission events unavailable (root, "
+            f"CONFIG_FANOTIFY_ACCESS_PERMISSIONS): {exc}"
+        )
     with gate:
-        proc = subprocess.Popen([sys.executable, "-m", "syncengine", "-v", "checkpoint",
-                                 "codex"], env=tree.env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "syncengine", "-v", "checkpoint", "codex"],
+            env=tree.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         pidfd = os.pidfd_open(proc.pid)
         try:
             held = None

@@ -14,9 +14,15 @@ ODD = ["../x", "a/b", "..", ".", "séance 🚀", "x" * 1000, "-rf", "%2E", "\x01
 
 
 def record(tree: Tree, session: str, data: bytes, *extra: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "syncengine", *extra, "journal", "record",
-                           "--session", session], input=data, capture_output=True,
-                          env=tree.env(), cwd=tree.base, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "syncengine", *extra, "journal", "record", "--session", session],
+        input=data,
+        capture_output=True,
+        env=tree.env(),
+        cwd=tree.base,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -33,9 +39,14 @@ def test_prompts_kept_in_order_across_restart(tree: Tree, cli: CliRunner) -> Non
     listed = journal.list("s1")
     assert [p.seq for p in listed] == [1, 2, 3, 4, 5]
     assert [data for _, data in journal.export("s1")] == prompts
-    out = subprocess.run([sys.executable, "-m", "syncengine", "journal", "export", "--session",
-                          "s1"], capture_output=True, env=tree.env(), cwd=tree.base, timeout=60,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "syncengine", "journal", "export", "--session", "s1"],
+        capture_output=True,
+        env=tree.env(),
+        cwd=tree.base,
+        timeout=60,
+        check=True,
+    ).stdout
     pos = 0
     for p in prompts:  # "--- prompt SEQ TIME SIZE bytes\n" + bytes + "\n"
         header, _, rest = out[pos:].partition(b"\n")
@@ -47,8 +58,9 @@ def test_prompts_kept_in_order_across_restart(tree: Tree, cli: CliRunner) -> Non
     assert [line.split()[0] for line in lines] == ["1", "2", "3", "4", "5"]
 
 
-def test_odd_session_ids_stay_inside_the_journal(tree: Tree, engine: EngineFactory,
-                                                 cli: CliRunner) -> None:
+def test_odd_session_ids_stay_inside_the_journal(
+    tree: Tree, engine: EngineFactory, cli: CliRunner
+) -> None:
     journal = engine().journal()
     for i, sid in enumerate(ODD):
         journal.record(sid, b"prompt %d" % i)
@@ -65,13 +77,22 @@ def test_odd_session_ids_stay_inside_the_journal(tree: Tree, engine: EngineFacto
 
 
 def test_concurrent_recorders_get_distinct_sequence_numbers(tree: Tree) -> None:
-    procs = [subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys\nfrom syncengine import Journal\n"
-         "j = Journal(sys.argv[1], sys.argv[2])\n"
-         "for i in range(10): j.record('s', b'%s-%d' % (sys.argv[3].encode(), i))\n",
-         str(tree.data / "journal"), str(tree.base / "state"), tag],
-        env={**tree.env(), "PYTHONPATH": os.getcwd()}) for tag in ("a", "b")]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys\nfrom syncengine import Journal\n"
+                "j = Journal(sys.argv[1], sys.argv[2])\n"
+                "for i in range(10): j.record('s', b'%s-%d' % (sys.argv[3].encode(), i))\n",
+                str(tree.data / "journal"),
+                str(tree.base / "state"),
+                tag,
+            ],
+            env={**tree.env(), "PYTHONPATH": os.getcwd()},
+        )
+        for tag in ("a", "b")
+    ]
     for p in procs:
         assert p.wait(timeout=60) == 0
     listed = Journal(tree.data / "journal", tree.base / "state").list("s")

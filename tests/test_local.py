@@ -26,8 +26,11 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs, unmounted after the test."""
     mnt = tmp_path / "small-fs"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {r.stderr.strip()}")
     try:
@@ -58,7 +61,8 @@ def one_line_error(stderr: str, *needles: str) -> None:
 
 
 def test_full_state_dir_is_one_line_and_the_next_run_recovers(
-        tree: Tree, cli: CliRunner, small_fs: Path) -> None:
+    tree: Tree, cli: CliRunner, small_fs: Path
+) -> None:
     state = ["--state-dir", str(small_fs / "state")]
     old = time.time_ns() - 60 * 10**9
     tree.write(f"{CODEX}/h.json", "AAAA", mtime_ns=old)
@@ -67,8 +71,7 @@ def test_full_state_dir_is_one_line_and_the_next_run_recovers(
     tree.write(f"{CODEX}/h.json", "BBBB", mtime_ns=old + 10**9)
     filler = fill(small_fs)
     out = cli(*state, "checkpoint", "codex", check=1)  # publishes B, then cannot save the index
-    one_line_error(out.stderr, str(small_fs / "state"), "No space left on device",
-                   "free space")
+    one_line_error(out.stderr, str(small_fs / "state"), "No space left on device", "free space")
     assert (tree.backing / "state/codex/h.json").read_bytes() == b"BBBB"
     # The dangerous case: back to the content the unsaved index remembers.  The next pass
     # must not trust that hash (the durable copy is B), or restore would bring B back.
@@ -91,15 +94,15 @@ def test_full_state_dir_is_one_line_and_the_next_run_recovers(
     # verify saves its progress in the state dir too
     filler = fill(small_fs)
     out = cli(*state, "verify", "codex", "--max-entries", "1", check=1)
-    one_line_error(out.stderr, str(small_fs / "state"), "No space left on device",
-                   "free space")
+    one_line_error(out.stderr, str(small_fs / "state"), "No space left on device", "free space")
     filler.unlink()
     cli(*state, "verify", "codex", check=0)
 
 
 @pytest.mark.dir_only("the state dir is local in both kinds; one run is enough")
-def test_unwritable_state_dir_is_one_line_with_exit_1(tree: Tree, cli: CliRunner,
-                                                      small_fs: Path) -> None:
+def test_unwritable_state_dir_is_one_line_with_exit_1(
+    tree: Tree, cli: CliRunner, small_fs: Path
+) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
     tree.write(f"{CODEX}/a.json", "a")
     out = cli("--state-dir", str(small_fs / "state"), "checkpoint", check=1)

@@ -17,19 +17,28 @@ sys.stdin.readline()  # hold the lock until the test says so
 
 
 def test_periodic_checkpoint_skips_while_another_run_holds_the_lock_and_manual_one_waits(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     tree.write("codex-home/a.json", "a")
     tree.state.mkdir(parents=True)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tree.state / "lock")],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tree.state / "lock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout is not None and holder.stdin is not None
     try:
         assert holder.stdout.readline() == "locked\n"
         out = cli("checkpoint", "--no-wait", check=0)
         assert "skipped" in out.stdout
         assert not (tree.data / "state/codex/a.json").exists()
-        waiting = subprocess.Popen([sys.executable, "-m", "syncengine", "checkpoint"],
-                                   env=tree.env(), stdout=subprocess.PIPE, text=True)
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "syncengine", "checkpoint"],
+            env=tree.env(),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             waiting.wait(timeout=0.5)  # it must still be waiting for the lock
             raise AssertionError("a manual checkpoint did not wait for the lock")

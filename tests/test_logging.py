@@ -18,18 +18,19 @@ from syncengine.cli import _JsonFormatter
 
 PACKAGE = Path(syncengine.__file__).parent
 LEVELS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
-# Modules being reworked on the durable side (issue 14's Store interface) whose calls do
-# not pass the field yet: the JSON formatter falls back to the message's first word for
-# them.  Shrink this list; never add to it.
-NOT_YET = {"checkpoint/sqlite.py", "durable/chain.py", "durable/posix/writeback.py",
-           "ops/gc.py", "restore/execute.py", "restore/fetch.py", "restore/sqlite.py"}
+NOT_YET: set[str] = set()  # modules whose calls do not pass the field yet: keep it empty
 
 
 def _calls(path: Path) -> list[ast.Call]:
-    return [node for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr in LEVELS and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "log"]
+    return [
+        node
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in LEVELS
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "log"
+    ]
 
 
 def _event(call: ast.Call) -> ast.expr | None:
@@ -54,8 +55,12 @@ def test_every_log_call_passes_its_event_as_a_field() -> None:
             checked += 1
             level = call.func.attr if isinstance(call.func, ast.Attribute) else ""
             args = call.args[1:] if level == "log" else call.args
-            if (isinstance(event, ast.Constant) and args and isinstance(args[0], ast.Constant)
-                    and not re.match(rf"{re.escape(event.value)}[ :]", args[0].value)):
+            if (
+                isinstance(event, ast.Constant)
+                and args
+                and isinstance(args[0], ast.Constant)
+                and not re.match(rf"{re.escape(event.value)}[ :]", args[0].value)
+            ):
                 mismatched.append(f"{rel}:{call.lineno} {event.value}")
     assert missing == [] and mismatched == []
     assert checked > 40  # the walk above did find the package's calls
@@ -63,8 +68,9 @@ def test_every_log_call_passes_its_event_as_a_field() -> None:
 
 def test_json_lines_take_the_event_from_the_field_not_the_text() -> None:
     fmt = _JsonFormatter()
-    record = logging.LogRecord("syncengine", logging.INFO, __file__, 1,
-                               "published %d file(s)", (3,), None)
+    record = logging.LogRecord(
+        "syncengine", logging.INFO, __file__, 1, "published %d file(s)", (3,), None
+    )
     record.event = "checkpoint.done"
     line = json.loads(fmt.format(record))
     assert line["event"] == "checkpoint.done" and line["msg"] == "published 3 file(s)"

@@ -31,8 +31,9 @@ def _object(root: Path, seq: int, kind: str) -> Path:
     return root / MDIR / f"{seq:012d}.{kind}.jsonl"
 
 
-def _checkpoints(tree: Tree, cli: CliRunner, *names: str, env: dict[str, str] | None = None
-                 ) -> None:
+def _checkpoints(
+    tree: Tree, cli: CliRunner, *names: str, env: dict[str, str] | None = None
+) -> None:
     """One checkpoint per name, each publishing codex-home/<name>.json (seq 1 is a base)."""
     for i, name in enumerate(names):
         tree.write(f"codex-home/{name}.json", f"{name} v1", mtime_ns=OLD + i)
@@ -42,8 +43,9 @@ def _checkpoints(tree: Tree, cli: CliRunner, *names: str, env: dict[str, str] | 
 DAMAGE: dict[str, Callable[[bytes], bytes]] = {
     "truncated": lambda data: data[: len(data) // 2],
     "garbage": lambda data: b"\x8f\x00 not a manifest \xff" * 20,
-    "unknown format": lambda data: data.replace(b'"syncengine_manifest": 1',
-                                                b'"syncengine_manifest": 7', 1),
+    "unknown format": lambda data: data.replace(
+        b'"syncengine_manifest": 1', b'"syncengine_manifest": 7', 1
+    ),
     "empty": lambda data: b"",
     "wrong end marker": lambda data: data.replace(b'{"end": 1}', b'{"end": 5}'),
 }
@@ -51,7 +53,8 @@ DAMAGE: dict[str, Callable[[bytes], bytes]] = {
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_unreadable_base_makes_restore_incomplete_and_run_refuses(
-        tree: Tree, cli: CliRunner, damage: str) -> None:
+    tree: Tree, cli: CliRunner, damage: str
+) -> None:
     """Before: nothing restored, a warning, exit 0, and `run` started the agent."""
     _checkpoints(tree, cli, "a", "b")  # base 1 (a), delta 2 (b)
     base = _object(tree.backing, 1, "base")
@@ -61,14 +64,22 @@ def test_unreadable_base_makes_restore_incomplete_and_run_refuses(
     assert "000000000001.base.jsonl" in out.stderr and "unreadable base" in out.stderr
     assert "codex" in out.stderr
     started = tree.base / "started"
-    run = cli("run", "--no-watch", "--", sys.executable, "-c",
-              f"open({str(started)!r}, 'w').close()", check=1)
+    run = cli(
+        "run",
+        "--no-watch",
+        "--",
+        sys.executable,
+        "-c",
+        f"open({str(started)!r}, 'w').close()",
+        check=1,
+    )
     assert not started.exists(), run.stderr
     assert "000000000001.base.jsonl" in run.stderr
 
 
-def test_unreadable_delta_is_lost_until_a_newer_base_supersedes_it(tree: Tree, cli: CliRunner
-                                                                   ) -> None:
+def test_unreadable_delta_is_lost_until_a_newer_base_supersedes_it(
+    tree: Tree, cli: CliRunner
+) -> None:
     _checkpoints(tree, cli, "a", "b", "c")  # base 1, deltas 2 and 3
     delta = _object(tree.backing, 2, "delta")
     delta.write_bytes(delta.read_bytes()[:-12])  # cut, but not the newest: never a kill
@@ -89,7 +100,8 @@ def test_unreadable_delta_is_lost_until_a_newer_base_supersedes_it(tree: Tree, c
 
 
 def test_unreadable_old_base_superseded_by_a_newer_base_is_harmless(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     _checkpoints(tree, cli, "a", "b")
     staging_marker(tree.state, "codex").touch()  # the next object is a base
     _checkpoints(tree, cli, "c")
@@ -99,8 +111,7 @@ def test_unreadable_old_base_superseded_by_a_newer_base_is_harmless(
     shutil.rmtree(tree.local)
     out = cli("restore", "codex", check=0)
     assert "manifest" not in out.stderr
-    assert {p.name for p in (tree.local / "codex-home").iterdir()} == {"a.json", "b.json",
-                                                                        "c.json"}
+    assert {p.name for p in (tree.local / "codex-home").iterdir()} == {"a.json", "b.json", "c.json"}
 
 
 def test_cut_newest_delta_written_by_rename_is_incomplete(tree: Tree, cli: CliRunner) -> None:
@@ -117,8 +128,8 @@ def test_cut_newest_delta_written_by_rename_is_incomplete(tree: Tree, cli: CliRu
 @pytest.mark.dir_only("mounts its own emulator without rename")
 @pytest.mark.parametrize("cut", ["after the header", "to nothing"])
 def test_torn_newest_object_without_rename_is_a_checkpoint_that_never_completed(
-        tree: Tree, cli: CliRunner, bucket_factory: Callable[..., BucketMount], cut: str
-        ) -> None:
+    tree: Tree, cli: CliRunner, bucket_factory: Callable[..., BucketMount], cut: str
+) -> None:
     """A mount without rename writes manifests under their final name; a killed writer's
     bytes are committed there.  The restore is as of the object before, complete, and the
     next object is a full base, so the torn one never sits inside the chain."""

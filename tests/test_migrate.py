@@ -28,20 +28,27 @@ def _old_layout(tree: Tree) -> None:
     """The layout the rsync script left: see the design's "Migration and rollback"."""
     d = tree.data
     codex = d / "state/codex"
-    for rel, text in {ROLLOUT: '{"t":1}\n{"t":2}\n', "history.jsonl": '{"h":1}\n',
-                      "auth.json": '{"token":"s"}', "logs_2.sqlite": "cache",
-                      "goals_1.sqlite-wal": "wal", "memories_1.sqlite": "mem"}.items():
+    for rel, text in {
+        ROLLOUT: '{"t":1}\n{"t":2}\n',
+        "history.jsonl": '{"h":1}\n',
+        "auth.json": '{"token":"s"}',
+        "logs_2.sqlite": "cache",
+        "goals_1.sqlite-wal": "wal",
+        "memories_1.sqlite": "mem",
+    }.items():
         p = codex / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
         os.utime(p, ns=(OLD, OLD))
     (tree.local / "codex-home").mkdir()
     (tree.local / "codex-home/sessions").symlink_to(codex / "sessions")
-    for rel, text in {"home/.gemini/tmp/slug/chats/session-1-abcd1234.jsonl": "{}\n",
-                      "home/.gemini/settings.json": "{}",
-                      "home/.hermes/config.yaml": "a: 1\n",
-                      "home/.local/share/opencode/storage/session/x.json": "{}",
-                      "home/.openclaw.pre-symlink/openclaw.json": '{"v":1}'}.items():
+    for rel, text in {
+        "home/.gemini/tmp/slug/chats/session-1-abcd1234.jsonl": "{}\n",
+        "home/.gemini/settings.json": "{}",
+        "home/.hermes/config.yaml": "a: 1\n",
+        "home/.local/share/opencode/storage/session/x.json": "{}",
+        "home/.openclaw.pre-symlink/openclaw.json": '{"v":1}',
+    }.items():
         p = d / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
@@ -68,7 +75,8 @@ def _raw_wal_db(path: Path) -> None:
         assert (scratch / "opencode.db-wal").stat().st_size > 0
         for suffix in ("", "-wal"):  # copied while the connection is open
             (path.parent / f"opencode.db{suffix}").write_bytes(
-                (scratch / f"opencode.db{suffix}").read_bytes())
+                (scratch / f"opencode.db{suffix}").read_bytes()
+            )
     shutil.rmtree(scratch)
 
 
@@ -88,7 +96,10 @@ def test_old_layout_migrates_restores_and_checkpoints(tree: Tree, cli: CliRunner
     assert sessions.is_dir() and not sessions.is_symlink() and not list(sessions.iterdir())
     assert (d / "state/codex" / ROLLOUT).read_text() == '{"t":1}\n{"t":2}\n'
     assert sorted(p.name for p in (d / "state/codex/db-backups/am-quarantine").iterdir()) == [
-        "goals_1.sqlite-wal", "logs_2.sqlite", "memories_1.sqlite"]
+        "goals_1.sqlite-wal",
+        "logs_2.sqlite",
+        "memories_1.sqlite",
+    ]
     assert not list((d / "state/codex").glob("*.sqlite*"))
     # Gemini: copied, and kept in place as the rollback copy
     assert (d / "state/gemini/settings.json").read_text() == "{}"
@@ -110,11 +121,14 @@ def test_old_layout_migrates_restores_and_checkpoints(tree: Tree, cli: CliRunner
     # the raw database and its WAL are copied for restore's raw-layout fallback, unlisted
     raw = d / "state/opencode"
     assert (raw / "opencode.db-wal").read_bytes() == (
-        d / "home/.local/share/opencode.pre-agent-state/opencode.db-wal").read_bytes()
+        d / "home/.local/share/opencode.pre-agent-state/opencode.db-wal"
+    ).read_bytes()
     listed = manifest.load(Store(d / "state/opencode")).entries
     assert set(listed) == {"storage/session/x.json"}
-    assert "tmp/slug/chats/session-1-abcd1234.jsonl" in manifest.load(
-        Store(d / "state/gemini")).entries
+    assert (
+        "tmp/slug/chats/session-1-abcd1234.jsonl"
+        in manifest.load(Store(d / "state/gemini")).entries
+    )
 
     migrated = (snapshot(tree.data), snapshot(tree.local))
     again = cli("migrate", env=env, check=0)
@@ -147,8 +161,10 @@ def test_old_layout_migrates_restores_and_checkpoints(tree: Tree, cli: CliRunner
     assert "nothing to do (already migrated)" in third.stdout
 
 
-@pytest.mark.dir_only("a writer's uncommitted bytes on the bucket mount cannot be read by "
-                      "another process (hf-mount serves committed objects only)")
+@pytest.mark.dir_only(
+    "a writer's uncommitted bytes on the bucket mount cannot be read by "
+    "another process (hf-mount serves committed objects only)"
+)
 def test_open_rollout_is_preserved_through_migration(tree: Tree, cli: CliRunner) -> None:
     _old_layout(tree)
     live_path = tree.local / "codex-home/sessions/2026/11/29/rollout-live.jsonl"
@@ -178,21 +194,27 @@ def test_open_rollout_is_preserved_through_migration(tree: Tree, cli: CliRunner)
     assert restored.read_bytes() == copy
     cli("checkpoint", "codex", check=0)
     entry = manifest.load(Store(tree.data / "state/codex")).entries[
-        "sessions/2026/11/29/rollout-live.jsonl"]
+        "sessions/2026/11/29/rollout-live.jsonl"
+    ]
     assert entry.size == len(copy), "the next checkpoint publishes the longer copy"
     assert files(tree.local / "codex-home")["history.jsonl"] == b'{"h":1}\n'
 
 
-@pytest.mark.parametrize("step, message", [
-    ({"action": "explode"}, "action must be one of"),
-    ({"action": "copy_tree"}, "'from' is missing"),
-    ({"action": "copy_tree", "from": "x", "path": "y"}, "'path' is not valid here"),
-    ({"action": "quarantine", "patterns": "x", "to": "q"}, "patterns has the wrong type"),
-    ({"action": "copy_tree", "from": "x", "if_symlink": "follow"}, "if_symlink"),
-])
+@pytest.mark.parametrize(
+    "step, message",
+    [
+        ({"action": "explode"}, "action must be one of"),
+        ({"action": "copy_tree"}, "'from' is missing"),
+        ({"action": "copy_tree", "from": "x", "path": "y"}, "'path' is not valid here"),
+        ({"action": "quarantine", "patterns": "x", "to": "q"}, "patterns has the wrong type"),
+        ({"action": "copy_tree", "from": "x", "if_symlink": "follow"}, "if_symlink"),
+    ],
+)
 def test_migrate_steps_are_validated(tree: Tree, step: dict[str, object], message: str) -> None:
-    raw = {"adapters": [], "adapter": [{"name": "x", "live": "x", "durable": "state/x",
-                                        "migrate": [step]}]}
+    raw = {
+        "adapters": [],
+        "adapter": [{"name": "x", "live": "x", "durable": "state/x", "migrate": [step]}],
+    }
     with pytest.raises(ConfigError, match=message):
         config_from_dict(raw, env=tree.env())
 
@@ -208,37 +230,60 @@ def _put(root: Path, files_: dict[str, str], mode: int | None = None) -> None:
 
 
 def test_migrate_then_restore_puts_every_old_file_where_each_harness_reads_it(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     """The design's deployment, every tree at a non-default place named by its variable,
     HOME on the bucket holding the old directories, the old script's checkpoints in the
     durable trees: after migrate + restore each harness finds every old file."""
     live, d = tree.base / "live", tree.data
     home = d / "home"
     env = tree.env(
-        HOME=str(home), CODEX_HOME=str(live / "cx"), CODEX_DURABLE=str(d / "old/cx"),
-        CLAUDE_CONFIG_DIR=str(live / "cl"), CLAUDE_DURABLE=str(d / "old/cl"),
-        GEMINI_CLI_HOME=str(live / "gh"), GEMINI_DURABLE=str(d / "old/ge"),
-        OPENCLAW_STATE_DIR=str(live / "oc"), OPENCLAW_DURABLE=str(d / "old/oc"),
-        OPENCODE_LIVE=str(live / "ocd"), OPENCODE_DURABLE=str(d / "old/ocd"),
-        HERMES_LIVE=str(live / "he"), HERMES_DURABLE=str(d / "old/he"))
+        HOME=str(home),
+        CODEX_HOME=str(live / "cx"),
+        CODEX_DURABLE=str(d / "old/cx"),
+        CLAUDE_CONFIG_DIR=str(live / "cl"),
+        CLAUDE_DURABLE=str(d / "old/cl"),
+        GEMINI_CLI_HOME=str(live / "gh"),
+        GEMINI_DURABLE=str(d / "old/ge"),
+        OPENCLAW_STATE_DIR=str(live / "oc"),
+        OPENCLAW_DURABLE=str(d / "old/oc"),
+        OPENCODE_LIVE=str(live / "ocd"),
+        OPENCODE_DURABLE=str(d / "old/ocd"),
+        HERMES_LIVE=str(live / "he"),
+        HERMES_DURABLE=str(d / "old/he"),
+    )
     # What the old script and entrypoint left: Codex's sessions linked into the bucket,
     # the other harnesses' checkpoints and their old directories under HOME.
-    _put(d / "old/cx", {ROLLOUT: '{"t":1}\n', "history.jsonl": "{}\n", "config.toml": "m=1\n",
-                        "logs_2.sqlite": "cache"})
+    _put(
+        d / "old/cx",
+        {
+            ROLLOUT: '{"t":1}\n',
+            "history.jsonl": "{}\n",
+            "config.toml": "m=1\n",
+            "logs_2.sqlite": "cache",
+        },
+    )
     _put(d / "old/cx", {"auth.json": "{}"}, mode=0o600)
     (live / "cx").mkdir(parents=True)
     (live / "cx/sessions").symlink_to(d / "old/cx/sessions")
     _put(d / "old/cl", {"projects/-w/u1.jsonl": '{"c":1}\n', "history.jsonl": "{}\n"})
     _put(d / "old/cl", {".credentials.json": "{}"}, mode=0o600)
-    _put(home / ".gemini", {"tmp/w/chats/session-1-abcd1234.jsonl": "{}\n",
-                            "settings.json": "{}", "projects.json": "{}"})
+    _put(
+        home / ".gemini",
+        {
+            "tmp/w/chats/session-1-abcd1234.jsonl": "{}\n",
+            "settings.json": "{}",
+            "projects.json": "{}",
+        },
+    )
     _put(home / ".gemini", {"oauth_creds.json": "{}"}, mode=0o600)
-    _put(home / ".openclaw.pre-symlink", {"openclaw.json": "{}",
-                                          "agents/main/sessions/s1.jsonl": "{}\n"})
+    _put(
+        home / ".openclaw.pre-symlink",
+        {"openclaw.json": "{}", "agents/main/sessions/s1.jsonl": "{}\n"},
+    )
     _put(home / ".openclaw.pre-symlink", {"credentials/c.json": "{}"}, mode=0o600)
     (home / ".openclaw").symlink_to(d / "old/oc")
-    _put(home / ".local/share/opencode", {"storage/session/x/ses_1.json": "{}",
-                                          "auth.json": "{}"})
+    _put(home / ".local/share/opencode", {"storage/session/x/ses_1.json": "{}", "auth.json": "{}"})
     _raw_wal_db(home / ".local/share/opencode/opencode.db")
     _put(home / ".hermes", {"config.yaml": "a: 1\n", "sessions/s.json": "{}"})
     _raw_wal_db(home / ".hermes/opencode.db")
@@ -251,8 +296,12 @@ def test_migrate_then_restore_puts_every_old_file_where_each_harness_reads_it(
     where_read = {  # each harness's own path (the variable, or HOME for opencode/Hermes)
         live / "cx": [ROLLOUT, "history.jsonl", "config.toml", "auth.json"],
         live / "cl": ["projects/-w/u1.jsonl", "history.jsonl", ".credentials.json"],
-        live / "gh/.gemini": ["tmp/w/chats/session-1-abcd1234.jsonl", "settings.json",
-                              "projects.json", "oauth_creds.json"],
+        live / "gh/.gemini": [
+            "tmp/w/chats/session-1-abcd1234.jsonl",
+            "settings.json",
+            "projects.json",
+            "oauth_creds.json",
+        ],
         live / "oc": ["openclaw.json", "agents/main/sessions/s1.jsonl", "credentials/c.json"],
         home / ".local/share/opencode": ["storage/session/x/ses_1.json", "auth.json"],
         home / ".hermes": ["config.yaml", "sessions/s.json"],
@@ -261,8 +310,12 @@ def test_migrate_then_restore_puts_every_old_file_where_each_harness_reads_it(
         for rel in rels:
             assert (root / rel).is_file(), f"{root}/{rel} is not where the harness reads it"
     assert not (live / "cx/logs_2.sqlite").exists(), "Codex caches stay quarantined"
-    for secret in (live / "cx/auth.json", live / "cl/.credentials.json",
-                   live / "gh/.gemini/oauth_creds.json", live / "oc/credentials/c.json"):
+    for secret in (
+        live / "cx/auth.json",
+        live / "cl/.credentials.json",
+        live / "gh/.gemini/oauth_creds.json",
+        live / "oc/credentials/c.json",
+    ):
         assert secret.stat().st_mode & 0o777 == 0o600, secret
     # opencode and Hermes read their databases through the links, from local disk
     assert os.readlink(home / ".local/share/opencode") == str(live / "ocd")
@@ -271,8 +324,7 @@ def test_migrate_then_restore_puts_every_old_file_where_each_harness_reads_it(
         with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
             assert conn.execute("select count(*) from s").fetchone() == (100,), db
     # the rollback copies are kept, renamed; nothing was deleted
-    assert (home / ".local/share/opencode.pre-agent-state/storage/session/x/ses_1.json"
-            ).is_file()
+    assert (home / ".local/share/opencode.pre-agent-state/storage/session/x/ses_1.json").is_file()
     assert (home / ".hermes.pre-agent-state/config.yaml").is_file()
     assert (home / ".gemini/settings.json").is_file()
     assert (home / ".openclaw.pre-symlink/openclaw.json").is_file()

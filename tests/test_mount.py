@@ -30,8 +30,9 @@ def _env(tree: Tree, data: Path, **extra: str) -> dict[str, str]:
     return tree.env(DATA_DIR=str(data), **extra)
 
 
-def test_probe_of_a_plain_directory_and_of_the_emulator(tree: Tree, bucket_factory: Factory
-                                                        ) -> None:
+def test_probe_of_a_plain_directory_and_of_the_emulator(
+    tree: Tree, bucket_factory: Factory
+) -> None:
     local = probe(tree.data)
     assert local.rename_supported and local.attrs_on_handle and not local.append_refused
     assert not local.mounted and not local.attrs_after_close
@@ -52,7 +53,8 @@ def test_probe_of_a_plain_directory_and_of_the_emulator(tree: Tree, bucket_facto
 
 
 def test_no_rename_mount_publishes_new_objects_and_switches_the_manifest(
-        tree: Tree, cli: CliRunner, bucket_factory: Factory) -> None:
+    tree: Tree, cli: CliRunner, bucket_factory: Factory
+) -> None:
     mount = bucket_factory(rename=False, rename_errno="ENOSYS", stats=True)
     env = _env(tree, mount.mountpoint)
     tree.write("codex-home/history.jsonl", "one\n", mode=0o640)
@@ -84,8 +86,8 @@ def test_no_rename_mount_publishes_new_objects_and_switches_the_manifest(
 
 
 def test_base_manifest_keeps_objects_after_the_index_is_lost(
-        tree: Tree, engine: EngineFactory, bucket_factory: Factory,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tree: Tree, engine: EngineFactory, bucket_factory: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     mount = bucket_factory(rename=False)
     raw = {"adapters": ["codex"]}
     for i in range(3):
@@ -108,7 +110,8 @@ def test_base_manifest_keeps_objects_after_the_index_is_lost(
 
 
 def test_dead_mount_is_a_clear_error_never_an_empty_store(
-        tree: Tree, cli: CliRunner, bucket_factory: Factory) -> None:
+    tree: Tree, cli: CliRunner, bucket_factory: Factory
+) -> None:
     mount = bucket_factory()
     env = _env(tree, mount.mountpoint)
     tree.write("codex-home/a.json", "a")
@@ -124,8 +127,9 @@ def test_dead_mount_is_a_clear_error_never_an_empty_store(
     assert "Transport endpoint is not connected" in out.stderr
 
 
-def test_unmounted_mountpoint_is_refused_by_restore(tree: Tree, cli: CliRunner,
-                                                    bucket_factory: Factory) -> None:
+def test_unmounted_mountpoint_is_refused_by_restore(
+    tree: Tree, cli: CliRunner, bucket_factory: Factory
+) -> None:
     mount = bucket_factory()
     env = _env(tree, mount.mountpoint)
     tree.write("codex-home/a.json", "a")
@@ -162,7 +166,8 @@ def test_capabilities_round_trip() -> None:
 
 
 def test_no_rename_mount_holds_segments_sqlite_snapshots_and_journal(
-        tree: Tree, cli: CliRunner, bucket_factory: Factory) -> None:
+    tree: Tree, cli: CliRunner, bucket_factory: Factory
+) -> None:
     """Every writer publishes without rename: log segments, snapshots, prompts."""
     import sqlite3
     from contextlib import closing
@@ -180,23 +185,34 @@ def test_no_rename_mount_holds_segments_sqlite_snapshots_and_journal(
     with rollout.open("a") as f:
         f.write('{"n": 2}\n')
     cli("checkpoint", "codex", env=env, check=0)
-    out = subprocess.run([sys.executable, "-m", "syncengine", "journal", "record", "--session",
-                          "s1"], input=b"a prompt", env=env, capture_output=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "syncengine", "journal", "record", "--session", "s1"],
+        input=b"a prompt",
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert mount.stats().get("rename", 0) == mount.stats().get("rename.EXDEV", 0) == 1
     shutil.rmtree(tree.local)
     cli("restore", "codex", env=env, check=0)
     assert (tree.local / "codex-home/sessions/2026/11/29/rollout-a.jsonl").read_text() == (
-        '{"n": 1}\n{"n": 2}\n')
+        '{"n": 1}\n{"n": 2}\n'
+    )
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
         assert conn.execute("select count(*) from g").fetchone() == (10,)
-    exported = subprocess.run([sys.executable, "-m", "syncengine", "journal", "export",
-                               "--session", "s1"], env=env, capture_output=True, timeout=60)
+    exported = subprocess.run(
+        [sys.executable, "-m", "syncengine", "journal", "export", "--session", "s1"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert exported.returncode == 0 and b"a prompt" in exported.stdout
 
 
 def test_mount_that_refuses_appends_at_close_is_probed_and_used(
-        tree: Tree, cli: CliRunner, bucket_factory: Factory) -> None:
+    tree: Tree, cli: CliRunner, bucket_factory: Factory
+) -> None:
     """rclone without a VFS cache accepts an O_APPEND open and fails its close (EPERM):
     the probe records it as 'appends refused' and checkpoints publish."""
     mount = bucket_factory(refuse_at_close=True)
@@ -208,12 +224,15 @@ def test_mount_that_refuses_appends_at_close_is_probed_and_used(
     assert sorted(p.name for p in (mount.backing / DUR).iterdir()) == [".syncengine", "a.json"]
 
 
-RAW_X = {"adapters": [], "adapter": [{"name": "x", "live": "x", "durable": "state/x",
-                                      "segments": ["*.jsonl"]}]}
+RAW_X = {
+    "adapters": [],
+    "adapter": [{"name": "x", "live": "x", "durable": "state/x", "segments": ["*.jsonl"]}],
+}
 
 
 def test_object_refused_at_close_keeps_the_previous_version_and_says_so(
-        tree: Tree, engine: EngineFactory, bucket_factory: Factory) -> None:
+    tree: Tree, engine: EngineFactory, bucket_factory: Factory
+) -> None:
     """An error at close is the mount refusing that object: it was not written, the
     previous version stays (for a file and for a transcript's new segment), the run
     goes on with the rest, ends incomplete, and the path is retried next pass."""
@@ -238,7 +257,10 @@ def test_object_refused_at_close_keeps_the_previous_version_and_says_so(
     shutil.rmtree(tree.local / "x")
     assert engine(RAW_X, DATA_DIR=data).restore().ok
     assert [(tree.local / "x" / n).read_text() for n in ("a.json", "b.json", "log.jsonl")] == [
-        "a1", "b2", "one\n"]
+        "a1",
+        "b2",
+        "one\n",
+    ]
     tree.write("x/a.json", "a3")
     with log.open("a") as f:
         f.write("three\n")
@@ -250,7 +272,8 @@ def test_object_refused_at_close_keeps_the_previous_version_and_says_so(
 
 
 def test_manifest_refused_at_close_stops_the_adapter_and_says_so(
-        tree: Tree, engine: EngineFactory, bucket_factory: Factory) -> None:
+    tree: Tree, engine: EngineFactory, bucket_factory: Factory
+) -> None:
     mount = bucket_factory(refuse_containing="REFUSE")
     tree.write("x/REFUSE.json", "only its name is refused: it is in the manifest")
     report = engine(RAW_X, DATA_DIR=str(mount.mountpoint)).checkpoint()

@@ -31,10 +31,14 @@ con.execute("COMMIT")
 con.close()
 """
 
-CONFIG = {"adapters": [], "sqlite_busy_timeout": 0.2,
-          "adapter": [{"name": "app", "live": "app", "durable": "state/app",
-                       "sqlite": ["app.db"]},
-                      {"name": "tree", "live": "tree", "durable": "state/tree"}]}
+CONFIG = {
+    "adapters": [],
+    "sqlite_busy_timeout": 0.2,
+    "adapter": [
+        {"name": "app", "live": "app", "durable": "state/app", "sqlite": ["app.db"]},
+        {"name": "tree", "live": "tree", "durable": "state/tree"},
+    ],
+}
 
 
 def lock(db: str) -> Child:
@@ -51,11 +55,15 @@ def lockers() -> Iterator[list[Child]]:
         locker.stop("go")
 
 
-def said(caplog: pytest.LogCaptureFixture, event: str, path: str, *, clear: bool = True
-         ) -> list[int]:
+def said(
+    caplog: pytest.LogCaptureFixture, event: str, path: str, *, clear: bool = True
+) -> list[int]:
     """Levels of the records of `event` about `path`, in order; then forget all records."""
-    levels = [r.levelno for r in caplog.records
-              if r.getMessage().startswith(event) and f"path={path}" in r.getMessage()]
+    levels = [
+        r.levelno
+        for r in caplog.records
+        if r.getMessage().startswith(event) and f"path={path}" in r.getMessage()
+    ]
     if clear:
         caplog.clear()
     return levels
@@ -66,8 +74,8 @@ W, D = logging.WARNING, logging.DEBUG
 
 @pytest.mark.dir_only("about log lines of the live side")
 def test_repeated_path_warnings_are_said_once_per_run(
-        tree: Tree, engine: EngineFactory, caplog: pytest.LogCaptureFixture,
-        lockers: list[Child]) -> None:
+    tree: Tree, engine: EngineFactory, caplog: pytest.LogCaptureFixture, lockers: list[Child]
+) -> None:
     caplog.set_level(logging.DEBUG, logger="syncengine")
     db = tree.local / "app" / "app.db"
     make_db(db, 3, mode="delete")
@@ -103,8 +111,8 @@ def test_repeated_path_warnings_are_said_once_per_run(
 
 @pytest.mark.dir_only("about log lines of the live side")
 def test_runner_says_a_repeated_failed_pass_once(
-        tree: Tree, engine: EngineFactory, caplog: pytest.LogCaptureFixture,
-        lockers: list[Child]) -> None:
+    tree: Tree, engine: EngineFactory, caplog: pytest.LogCaptureFixture, lockers: list[Child]
+) -> None:
     caplog.set_level(logging.DEBUG, logger="syncengine")
     db = tree.local / "app" / "app.db"
     make_db(db, 3, mode="delete")
@@ -117,8 +125,12 @@ def test_runner_says_a_repeated_failed_pass_once(
     finally:
         lockers.pop().stop("go")
         runner.stop()
-    levels = [r.levelno for r in caplog.records if r.getMessage().startswith(
-        "runner.pass-incomplete")]
+    levels = [
+        r.levelno for r in caplog.records if r.getMessage().startswith("runner.pass-incomplete")
+    ]
     assert levels == [logging.ERROR, D, D]
-    assert [r.levelno for r in caplog.records if r.getMessage().startswith(
-        "copy.failed")] == [W, D, D]
+    assert [r.levelno for r in caplog.records if r.getMessage().startswith("copy.failed")] == [
+        W,
+        D,
+        D,
+    ]

@@ -24,10 +24,14 @@ T0 = 1_800_000_000 * 10**9  # the log's mtime; the engine's clock counts from he
 S = 10**9
 
 
-def _engine(tree: Tree, now_s: float, *, plain_after: float = 60, data: Path | None = None
-            ) -> Engine:
-    raw: dict[str, Any] = {"adapters": [], "plain_after": plain_after, "adapter": [
-        {"name": "x", "live": "x", "durable": "state/x", "segments": ["*.jsonl"]}]}
+def _engine(
+    tree: Tree, now_s: float, *, plain_after: float = 60, data: Path | None = None
+) -> Engine:
+    raw: dict[str, Any] = {
+        "adapters": [],
+        "plain_after": plain_after,
+        "adapter": [{"name": "x", "live": "x", "durable": "state/x", "segments": ["*.jsonl"]}],
+    }
     env = tree.env(**({"DATA_DIR": str(data)} if data else {}))
     return Engine(config_from_dict(raw, env=env), clock=lambda: T0 + int(now_s * S))
 
@@ -85,7 +89,8 @@ def test_compaction_publishes_the_plain_copy(tree: Tree) -> None:
 
 
 def test_the_first_chain_over_an_old_plain_copy_refreshes_it_at_once(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     old = tree.data / "state/x" / LOG  # the rsync script's copy: no manifest
     old.parent.mkdir(parents=True)
     old.write_bytes(b"1\n")
@@ -96,7 +101,8 @@ def test_the_first_chain_over_an_old_plain_copy_refreshes_it_at_once(
     assert set(plan) == {
         f"segments {LOG} (new chain: not a segment chain yet, 4 bytes; then whole "
         "at its plain path: first chain over its plain copy)",
-        "dir sessions/ (new, mode 0700)"}  # made by restore for the log, not yet recorded
+        "dir sessions/ (new, mode 0700)",
+    }  # made by restore for the log, not yet recorded
     assert _engine(tree, 10).checkpoint().ok
     assert _plain(tree).read_bytes() == b"1\n2\n", "not stale until the log goes quiet"
 
@@ -129,14 +135,18 @@ def _chain_then_plain(tree: Tree, plain: bytes) -> bytes:
     return path.read_bytes() if path.exists() else b"1\n2\n"
 
 
-@pytest.mark.parametrize(("plain", "restored"), [
-    (b"1\n2\n3\n", b"1\n2\n3\n"),  # newer, extends the chain: its extra line is restored
-    (b"1\n", b"1\n2\n"),  # stale: the chain is newer
-    (b"1\n2\n3", b"1\n2\n"),  # longer but torn mid-line: never wins
-    (b"1\nX\n3\n", b"1\n2\n"),  # longer but not the chain's content: never wins
-])
+@pytest.mark.parametrize(
+    ("plain", "restored"),
+    [
+        (b"1\n2\n3\n", b"1\n2\n3\n"),  # newer, extends the chain: its extra line is restored
+        (b"1\n", b"1\n2\n"),  # stale: the chain is newer
+        (b"1\n2\n3", b"1\n2\n"),  # longer but torn mid-line: never wins
+        (b"1\nX\n3\n", b"1\n2\n"),  # longer but not the chain's content: never wins
+    ],
+)
 def test_restore_takes_the_newest_of_the_plain_copy_and_the_chain(
-        tree: Tree, cli: CliRunner, plain: bytes, restored: bytes) -> None:
+    tree: Tree, cli: CliRunner, plain: bytes, restored: bytes
+) -> None:
     _chain_then_plain(tree, plain)
     assert _engine(tree, 20).restore().ok
     assert (tree.local / "x" / LOG).read_bytes() == restored
@@ -161,14 +171,17 @@ def test_a_hot_restart_keeps_a_local_log_as_new_as_the_plain_copy(tree: Tree) ->
 def test_export_includes_what_the_plain_copy_adds(tree: Tree, cli: CliRunner) -> None:
     _chain_then_plain(tree, b"1\n2\n3\n")
     conf = tree.base / "x.toml"
-    conf.write_text('adapters = []\n[[adapter]]\nname = "x"\nlive = "x"\n'
-                    'durable = "state/x"\nsegments = ["*.jsonl"]\n')
+    conf.write_text(
+        'adapters = []\n[[adapter]]\nname = "x"\nlive = "x"\n'
+        'durable = "state/x"\nsegments = ["*.jsonl"]\n'
+    )
     assert cli("--config", str(conf), "export", LOG, check=0).stdout == "1\n2\n3\n"
 
 
 @pytest.mark.dir_only("mounts its own emulator without rename")
 def test_no_plain_copy_on_a_mount_without_rename(
-        tree: Tree, bucket_factory: Callable[..., BucketMount]) -> None:
+    tree: Tree, bucket_factory: Callable[..., BucketMount]
+) -> None:
     mount = bucket_factory(rename=False, rename_errno="ENOSYS")
     path = tree.write(f"x/{LOG}", b"1\n", mtime_ns=T0)
     assert _engine(tree, 5, data=mount.mountpoint).checkpoint().ok
@@ -191,8 +204,11 @@ def test_gc_deletes_a_deleted_logs_plain_copy_with_its_chains(tree: Tree) -> Non
     path.unlink()
     for t in (200, 210, 220):
         assert _engine(tree, t).checkpoint().ok
-    raw: dict[str, Any] = {"adapters": [], "gc": {"grace_seconds": 0}, "adapter": [
-        {"name": "x", "live": "x", "durable": "state/x", "segments": ["*.jsonl"]}]}
+    raw: dict[str, Any] = {
+        "adapters": [],
+        "gc": {"grace_seconds": 0},
+        "adapter": [{"name": "x", "live": "x", "durable": "state/x", "segments": ["*.jsonl"]}],
+    }
     eng = Engine(config_from_dict(raw, env=tree.env()), clock=lambda: T0 + 300 * S)
     report = eng.gc(apply=True)
     assert report.ok, report.lines()

@@ -17,8 +17,18 @@ from syncengine.checkpoint.execute import staging_marker
 from syncengine.durable.chain import SEG_DIR
 from tests.conftest import Tree
 
-RAW = {"adapters": [], "adapter": [{"name": "x", "live": "x", "durable": "state/x",
-                                    "segments": ["logs/*.jsonl"], "sqlite": ["listed.db"]}]}
+RAW = {
+    "adapters": [],
+    "adapter": [
+        {
+            "name": "x",
+            "live": "x",
+            "durable": "state/x",
+            "segments": ["logs/*.jsonl"],
+            "sqlite": ["listed.db"],
+        }
+    ],
+}
 NOW = time.time_ns() + 3600 * 10**9  # the engine's clock: every file is older than it
 OLD = NOW - 7200 * 10**9
 
@@ -36,8 +46,13 @@ def _engine(tree: Tree) -> Engine:
 
 def _setup(tree: Tree) -> Engine:
     live = tree.local / "x"
-    for rel, text in [("a.txt", "aaa"), ("same.txt", "1234"), ("gone.txt", "g"),
-                      ("logs/app.jsonl", "line1\n"), ("logs/idle.jsonl", "l1\n")]:
+    for rel, text in [
+        ("a.txt", "aaa"),
+        ("same.txt", "1234"),
+        ("gone.txt", "g"),
+        ("logs/app.jsonl", "line1\n"),
+        ("logs/idle.jsonl", "l1\n"),
+    ]:
         tree.write(f"x/{rel}", text, mtime_ns=OLD)
     _db(live / "listed.db", 1)
     _db(live / "quiet.sqlite", 1)
@@ -103,17 +118,28 @@ def test_the_dry_run_names_each_action_that_will_be_taken(tree: Tree) -> None:
     idle = sorted(p.name for p in (durable / SEG_DIR / "logs/idle.jsonl.d").iterdir())
     assert len(idle) == 2  # the old chain (left for gc) and its one-base compaction
     (again,) = eng.checkpoint(dry_run=True).adapters
-    copies = [line for line in again.plan if line.split()[0] in ("upload", "append",
-                                                                  "segments")]
+    copies = [line for line in again.plan if line.split()[0] in ("upload", "append", "segments")]
     assert copies == [] and "absent gone.txt (durable copy kept)" in again.plan
     # two objects now, idle by the fixed clock: its compaction is due
-    assert ("compact logs/app.jsonl (idle log: a new chain of one base, 12 bytes; and whole "
-            "at its plain path unless it is there)") in again.plan
+    assert (
+        "compact logs/app.jsonl (idle log: a new chain of one base, 12 bytes; and whole "
+        "at its plain path unless it is there)"
+    ) in again.plan
 
 
-KINDS = {"adapters": [], "adapter": [{"name": "k", "live": "k", "durable": "state/k",
-                                      "segments": ["logs/*.jsonl"], "sqlite": ["app.db"],
-                                      "exclude": ["cache/"]}]}
+KINDS = {
+    "adapters": [],
+    "adapter": [
+        {
+            "name": "k",
+            "live": "k",
+            "durable": "state/k",
+            "segments": ["logs/*.jsonl"],
+            "sqlite": ["app.db"],
+            "exclude": ["cache/"],
+        }
+    ],
+}
 
 
 def test_each_kind_of_change_is_one_line_of_the_plan(tree: Tree) -> None:
@@ -121,8 +147,12 @@ def test_each_kind_of_change_is_one_line_of_the_plan(tree: Tree) -> None:
     an appended transcript, a directory and a symlink: one line each, in plan order; an
     excluded path: none."""
     live = tree.local / "k"
-    for rel, text in [("kept.txt", "same"), ("changed.txt", "v1"), ("deleted.txt", "d"),
-                      ("logs/t.jsonl", "turn 1\n")]:
+    for rel, text in [
+        ("kept.txt", "same"),
+        ("changed.txt", "v1"),
+        ("deleted.txt", "d"),
+        ("logs/t.jsonl", "turn 1\n"),
+    ]:
         tree.write(f"k/{rel}", text, mtime_ns=OLD)
     _db(live / "app.db", 1)
     eng = Engine(config_from_dict(KINDS, env=tree.env()), clock=lambda: NOW)
@@ -164,8 +194,7 @@ def test_each_kind_of_change_is_one_line_of_the_plan(tree: Tree) -> None:
     assert not set(report.plan) & set(again.plan) - {"absent deleted.txt (durable copy kept)"}
 
 
-def test_after_a_killed_pass_the_plan_says_same_size_files_are_copied_whole(tree: Tree
-                                                                            ) -> None:
+def test_after_a_killed_pass_the_plan_says_same_size_files_are_copied_whole(tree: Tree) -> None:
     """The staging marker of a killed pass: the durable path may hold an unrecorded
     version, so the recorded hash is not trusted, and the plan says so."""
     tree.write("k/same.txt", "1234", mtime_ns=OLD)
@@ -178,6 +207,7 @@ def test_after_a_killed_pass_the_plan_says_same_size_files_are_copied_whole(tree
     (report,) = eng.checkpoint(dry_run=True).adapters
     assert list(report.plan) == [
         "upload same.txt (same size, copied whole: a killed pass may have left versions "
-        "unrecorded, 4 bytes)"]
+        "unrecorded, 4 bytes)"
+    ]
     (done,) = eng.checkpoint().adapters
     assert done.ok and done.files == 1 and not staging_marker(tree.state, "k").exists()

@@ -60,8 +60,10 @@ def test_a_line_every_interval_with_counts_rate_and_time_left() -> None:
         for _ in range(CHECK_FILES):
             meter.advance(1, 1000)
     # the clock is looked at every CHECK_FILES files: the line comes at 256
-    assert lines == ["restore.progress adapter=codex files=256/1000 bytes=250.0KiB/976.6KiB "
-                     "rate=41.7KiB/s eta=17s"]
+    assert lines == [
+        "restore.progress adapter=codex files=256/1000 bytes=250.0KiB/976.6KiB "
+        "rate=41.7KiB/s eta=17s"
+    ]
 
 
 def test_the_clock_is_read_only_every_few_files() -> None:
@@ -81,7 +83,8 @@ def test_large_files_look_at_the_clock_each_time() -> None:
     assert [line.split(" eta=")[0] for line in lines] == [
         "verify.progress adapter=x files=1/3 bytes=1.0GiB/3.0GiB rate=102.4MiB/s",
         "verify.progress adapter=x files=2/3 bytes=2.0GiB/3.0GiB rate=102.4MiB/s",
-        "verify.progress adapter=x files=3/3 bytes=3.0GiB/3.0GiB rate=102.4MiB/s"]
+        "verify.progress adapter=x files=3/3 bytes=3.0GiB/3.0GiB rate=102.4MiB/s",
+    ]
     assert lines[0].endswith("eta=20s")
 
 
@@ -100,7 +103,8 @@ def test_a_bar_on_a_terminal_redrawn_in_place_and_ended() -> None:
 
 
 def test_engine_operations_report_progress_on_the_engine_clock(
-        tree: Tree, engine: EngineFactory) -> None:
+    tree: Tree, engine: EngineFactory
+) -> None:
     for i in range(300):
         tree.write(f"x/f{i:03}.txt", "x" * 100)
     eng = engine(RAW)
@@ -135,15 +139,22 @@ def test_the_cli_draws_a_bar_only_on_a_terminal() -> None:
 
 
 def test_run_logs_one_line_at_start_saying_what_it_restored_and_will_checkpoint(
-        tree: Tree, engine: EngineFactory) -> None:
-    raw = {"adapters": [], "adapter": [{"name": "x", "live": "x", "durable": "state/x"},
-                                       {"name": "later", "live": "later",
-                                        "durable": "state/later"}]}
+    tree: Tree, engine: EngineFactory
+) -> None:
+    raw = {
+        "adapters": [],
+        "adapter": [
+            {"name": "x", "live": "x", "durable": "state/x"},
+            {"name": "later", "live": "later", "durable": "state/later"},
+        ],
+    }
     tree.write("x/a.txt", "abc")
     assert engine(raw).checkpoint().ok
     shutil.rmtree(tree.local / "x")
     with log_lines() as lines, Runner(engine(raw), interval=3600, watch=False):
         pass
     (start,) = [line for line in lines if line.startswith("runner.started ")]
-    assert start == ("runner.started restored 1 file(s), 3 bytes; checkpointing x every 3600s "
-                     "(mode scanning); no live tree yet (taken once it appears): later")
+    assert start == (
+        "runner.started restored 1 file(s), 3 bytes; checkpointing x every 3600s "
+        "(mode scanning); no live tree yet (taken once it appears): later"
+    )

@@ -58,18 +58,25 @@ class Deployment:
         path.chmod(mode)
         return path
 
-    def cli(self, *args: str, check: int = 0, data: Path | None = None,
-            local: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, check: int = 0, data: Path | None = None, local: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """The CLI with this deployment's config, on the mount unless `data` (a durable
         root) or `local` (a local root) say otherwise."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCENGINE_")}
-        env.update(AM_LOCAL=str(local or self.base / "local"),
-                   DATA_DIR=str(data or self.rclone.mountpoint),
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO),
-                                                            env.get("PYTHONPATH")])))
-        proc = subprocess.run([sys.executable, "-m", "syncengine", "--config", str(self.config),
-                               *args], env=env, capture_output=True, text=True, timeout=120,
-                              cwd=self.base)
+        env.update(
+            AM_LOCAL=str(local or self.base / "local"),
+            DATA_DIR=str(data or self.rclone.mountpoint),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "syncengine", "--config", str(self.config), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=self.base,
+        )
         assert proc.returncode == check, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         return proc
 
@@ -80,8 +87,7 @@ def listing(root: Path) -> dict[str, tuple[int, int]]:
     for dirpath, _, names in os.walk(root):
         for name in names:
             st = os.stat(os.path.join(dirpath, name))
-            out[os.path.relpath(os.path.join(dirpath, name), root)] = (st.st_size,
-                                                                       st.st_mtime_ns)
+            out[os.path.relpath(os.path.join(dirpath, name), root)] = (st.st_size, st.st_mtime_ns)
     return out
 
 
@@ -89,9 +95,9 @@ def modes(root: Path) -> dict[str, int]:
     return {rel: (root / rel).stat().st_mode & 0o777 for rel in files(root)}
 
 
-def test_probe_finds_what_each_mode_supports(mode: str,
-                                             rclone_factory: Callable[..., RcloneMount]
-                                             ) -> None:
+def test_probe_finds_what_each_mode_supports(
+    mode: str, rclone_factory: Callable[..., RcloneMount]
+) -> None:
     mount = rclone_factory(mode)
     caps = probe(mount.mountpoint)
     assert caps.mounted and caps.fstype == "fuse.rclone" and caps.rename_supported
@@ -101,7 +107,8 @@ def test_probe_finds_what_each_mode_supports(mode: str,
 
 
 def test_checkpoint_append_idle_pass_and_restore_round_trip(
-        mode: str, tmp_path: Path, rclone_factory: Callable[..., RcloneMount]) -> None:
+    mode: str, tmp_path: Path, rclone_factory: Callable[..., RcloneMount]
+) -> None:
     d = Deployment(tmp_path, rclone_factory(mode))
     d.write("config.json", '{"model": "x"}\n', 0o600)
     d.write("notes/a.md", "a note\n", 0o640)

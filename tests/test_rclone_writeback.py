@@ -35,7 +35,8 @@ def restored_from_bucket(d: Deployment) -> dict[str, bytes]:
 
 
 def test_probe_recognises_rclone_write_back_and_its_remote_control(
-        rclone_factory: Callable[..., RcloneMount]) -> None:
+    rclone_factory: Callable[..., RcloneMount],
+) -> None:
     off = probe(rclone_factory("off", name="off").mountpoint)
     assert (off.client, off.write_back) == ("rclone", False), off
     writes = probe(rclone_factory("writes", name="writes").mountpoint)
@@ -49,7 +50,8 @@ def test_probe_recognises_rclone_write_back_and_its_remote_control(
 
 
 def test_rclone_killed_with_its_cache_right_after_a_checkpoint_is_noticed(
-        tmp_path: Path, rclone_factory: Callable[..., RcloneMount]) -> None:
+    tmp_path: Path, rclone_factory: Callable[..., RcloneMount]
+) -> None:
     """The measured incident: 21 files checkpointed, rclone killed with its cache before
     its write-back delay (5 s), remounted.  The next checkpoint must notice and publish them
     again; status must say what a write-back mount without a remote control means."""
@@ -69,7 +71,8 @@ def test_rclone_killed_with_its_cache_right_after_a_checkpoint_is_noticed(
 
 
 def test_a_checkpoint_returns_once_rclone_reports_its_uploads_done(
-        tmp_path: Path, rclone_factory: Callable[..., RcloneMount]) -> None:
+    tmp_path: Path, rclone_factory: Callable[..., RcloneMount]
+) -> None:
     """With rclone's remote control on, a pass waits until rclone reports nothing queued:
     right after a checkpoint returns, the bucket holds every file it published; after a
     final checkpoint it holds the manifest too, so a restore from the bucket is whole."""

@@ -25,7 +25,7 @@ HARNESS_FILES: dict[str, dict[str, tuple[str, int]]] = {
     },
     "claude": {
         "agent-state/claude/projects/-srv-app/0b1c.jsonl": ('{"m":1}\n', 0o644),
-        "agent-state/claude/projects/-srv-app/0b1c/subagents/agent-1.jsonl": ('{}\n', 0o644),
+        "agent-state/claude/projects/-srv-app/0b1c/subagents/agent-1.jsonl": ("{}\n", 0o644),
         "agent-state/claude/.credentials.json": ('{"k":1}', 0o600),
         "agent-state/claude/history.jsonl": ("{}\n", 0o644),
     },
@@ -85,12 +85,22 @@ def test_restore_each_builtin_adapter_into_an_empty_tree(tree: Tree, cli: CliRun
 
 def test_restore_old_rsync_layout_without_manifest(tree: Tree, cli: CliRunner) -> None:
     """State written by the old rsync script: plain files, mtimes preserved, no manifest."""
-    durable_of = {"codex": "state/codex", "claude": "state/claude", "gemini": "state/gemini",
-                  "openclaw": "state/openclaw-backup", "opencode": "state/opencode",
-                  "hermes": "state/hermes"}
-    live_of = {"codex": "codex-home", "claude": "agent-state/claude",
-               "gemini": "agent-state/gemini-home/.gemini", "openclaw": "oc-home/.openclaw",
-               "opencode": "opencode-share", "hermes": "hermes"}
+    durable_of = {
+        "codex": "state/codex",
+        "claude": "state/claude",
+        "gemini": "state/gemini",
+        "openclaw": "state/openclaw-backup",
+        "opencode": "state/opencode",
+        "hermes": "state/hermes",
+    }
+    live_of = {
+        "codex": "codex-home",
+        "claude": "agent-state/claude",
+        "gemini": "agent-state/gemini-home/.gemini",
+        "openclaw": "oc-home/.openclaw",
+        "opencode": "opencode-share",
+        "hermes": "hermes",
+    }
     for i, (name, entries) in enumerate(HARNESS_FILES.items()):
         for rel, (text, mode) in entries.items():
             dst = tree.data / durable_of[name] / Path(rel).relative_to(live_of[name])
@@ -115,7 +125,8 @@ def test_hot_restart_keeps_a_newer_local_file(tree: Tree, cli: CliRunner) -> Non
 
 
 def test_first_checkpoint_after_restore_over_populated_tree_uploads_newer_files(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     for name in ("a", "b", "c"):
         tree.write(f"codex-home/{name}.json", f"{name} durable", mtime_ns=OLD)
     cli("checkpoint", check=0)
@@ -141,8 +152,17 @@ def test_checkpoint_with_lost_index_does_not_reupload(tree: Tree, cli: CliRunner
 def _write_manifest(store: Path, entries: list[dict[str, object]]) -> None:
     mdir = store / ".syncengine/manifest"
     mdir.mkdir(parents=True)
-    lines = [json.dumps({"syncengine_manifest": 1, "adapter": "codex", "seq": 1,
-                         "type": "base", "created_ns": 1})]
+    lines = [
+        json.dumps(
+            {
+                "syncengine_manifest": 1,
+                "adapter": "codex",
+                "seq": 1,
+                "type": "base",
+                "created_ns": 1,
+            }
+        )
+    ]
     lines += [json.dumps(e) for e in entries]
     lines.append(json.dumps({"end": len(entries)}))
     (mdir / "000000000001.base.jsonl").write_text("\n".join(lines) + "\n")
@@ -155,18 +175,45 @@ def test_hostile_manifest_cannot_make_restore_write_outside(tree: Tree, cli: Cli
     (store / "sub").mkdir(parents=True)
     (store / "sub/ok.json").write_text("ok")
     (store / "payload").write_text("evil")
-    _write_manifest(store, [
-        {"path": "../escape", "kind": "file", "size": 4, "mtime_ns": 1, "mode": 420,
-         "object": "payload"},
-        {"path": "/abs/escape", "kind": "file", "size": 4, "mtime_ns": 1, "mode": 420,
-         "object": "payload"},
-        {"path": "link", "kind": "symlink", "mtime_ns": 1, "target": str(outside)},
-        {"path": "link/escape", "kind": "file", "size": 4, "mtime_ns": 1, "mode": 420,
-         "object": "payload"},
-        {"path": "steal", "kind": "file", "size": 4, "mtime_ns": 1, "mode": 420,
-         "object": "../../../../etc/passwd"},
-        {"path": "sub/ok.json", "kind": "file", "size": 2, "mtime_ns": 1, "mode": 420},
-    ])
+    _write_manifest(
+        store,
+        [
+            {
+                "path": "../escape",
+                "kind": "file",
+                "size": 4,
+                "mtime_ns": 1,
+                "mode": 420,
+                "object": "payload",
+            },
+            {
+                "path": "/abs/escape",
+                "kind": "file",
+                "size": 4,
+                "mtime_ns": 1,
+                "mode": 420,
+                "object": "payload",
+            },
+            {"path": "link", "kind": "symlink", "mtime_ns": 1, "target": str(outside)},
+            {
+                "path": "link/escape",
+                "kind": "file",
+                "size": 4,
+                "mtime_ns": 1,
+                "mode": 420,
+                "object": "payload",
+            },
+            {
+                "path": "steal",
+                "kind": "file",
+                "size": 4,
+                "mtime_ns": 1,
+                "mode": 420,
+                "object": "../../../../etc/passwd",
+            },
+            {"path": "sub/ok.json", "kind": "file", "size": 2, "mtime_ns": 1, "mode": 420},
+        ],
+    )
     out = cli("restore", "codex", check=1)
     assert list(outside.iterdir()) == []
     assert not (tree.local / "escape").exists() and not (tree.base / "escape").exists()
@@ -178,8 +225,7 @@ def test_hostile_manifest_cannot_make_restore_write_outside(tree: Tree, cli: Cli
     assert (tree.local / "codex-home/sub/ok.json").read_text() == "ok"  # the rest goes on
 
 
-def test_symlinked_directory_in_durable_tree_is_not_followed(tree: Tree, cli: CliRunner
-                                                             ) -> None:
+def test_symlinked_directory_in_durable_tree_is_not_followed(tree: Tree, cli: CliRunner) -> None:
     outside = tree.base / "outside"
     (outside / "secret").mkdir(parents=True)
     (outside / "secret/key").write_text("host secret")
@@ -230,7 +276,8 @@ def test_restore_dry_run_prints_plan_and_writes_nothing(tree: Tree, cli: CliRunn
 
 @pytest.mark.parametrize("mode", [0o600, 0o640, 0o400])
 def test_restored_temp_files_are_never_more_readable_than_the_source(
-        tree: Tree, cli: CliRunner, mode: int) -> None:
+    tree: Tree, cli: CliRunner, mode: int
+) -> None:
     from syncengine.fs.savefile import temp_mode
 
     assert temp_mode(mode) & 0o077 == 0
@@ -242,8 +289,7 @@ def test_restored_temp_files_are_never_more_readable_than_the_source(
     assert stat.S_IMODE((tree.local / "codex-home/auth.json").stat().st_mode) == mode
 
 
-def test_gap_in_manifest_sequence_makes_restore_incomplete(tree: Tree, cli: CliRunner
-                                                           ) -> None:
+def test_gap_in_manifest_sequence_makes_restore_incomplete(tree: Tree, cli: CliRunner) -> None:
     for name in "abc":
         tree.write(f"codex-home/{name}.json", name)
         cli("checkpoint", check=0)
@@ -261,8 +307,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_restore_of_more_directories_than_open_files_allowed(tree: Tree, cli: CliRunner
-                                                             ) -> None:
+def test_restore_of_more_directories_than_open_files_allowed(tree: Tree, cli: CliRunner) -> None:
     """Found at 20,000 directories by the benchmark: every directory kept open, EMFILE."""
     import subprocess
     import sys
@@ -271,8 +316,13 @@ def test_restore_of_more_directories_than_open_files_allowed(tree: Tree, cli: Cl
         tree.write(f"opencode-share/opencode/storage/part/m{i:03d}/p.json", f"{i}")
     cli("checkpoint", "opencode", check=0)
     shutil.rmtree(tree.local)
-    proc = subprocess.run([sys.executable, "-c", LOW_FD_LIMIT, "restore", "opencode"],
-                          env=tree.env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", LOW_FD_LIMIT, "restore", "opencode"],
+        env=tree.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "opencode: restored 400 file(s)" in proc.stdout
     assert (tree.local / "opencode-share/opencode/storage/part/m399/p.json").read_text() == "399"
@@ -280,7 +330,8 @@ def test_restore_of_more_directories_than_open_files_allowed(tree: Tree, cli: Cl
 
 @pytest.mark.dir_only("restore splits into processes on a local disk; on a mount it uses threads")
 def test_large_restore_split_across_processes_restores_and_records_everything(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     """1,500 files (over the fork threshold): contents, modes and mtimes come back, a
     missing object is named, and the index knows every restored file (nothing re-uploaded)."""
     expected = {}
@@ -301,8 +352,11 @@ def test_large_restore_split_across_processes_restores_and_records_everything(
             assert not path.exists()
             continue
         st = path.stat()
-        assert (path.read_text(), stat.S_IMODE(st.st_mode), st.st_mtime_ns) == (text, mode,
-                                                                               mtime_ns), rel
+        assert (path.read_text(), stat.S_IMODE(st.st_mode), st.st_mtime_ns) == (
+            text,
+            mode,
+            mtime_ns,
+        ), rel
     tree.write("hermes/d04/f1114.json", expected["hermes/d04/f1114.json"][0])
     again = cli("checkpoint", "hermes", check=0)
     assert "published 1 file(s)" in again.stdout and " 0 unchanged" in again.stdout, again.stdout

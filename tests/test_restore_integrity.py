@@ -39,8 +39,17 @@ def _manifest(store: Path, rows: list[Any], *, seq: int = 1) -> None:
     """A base manifest object with these rows (dicts, or raw text lines) in the bucket."""
     mdir = store / ".syncengine/manifest"
     mdir.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"syncengine_manifest": 1, "adapter": "codex", "seq": seq,
-                         "type": "base", "created_ns": 1})]
+    lines = [
+        json.dumps(
+            {
+                "syncengine_manifest": 1,
+                "adapter": "codex",
+                "seq": seq,
+                "type": "base",
+                "created_ns": 1,
+            }
+        )
+    ]
     lines += [r if isinstance(r, str) else json.dumps(r) for r in rows]
     lines.append(json.dumps({"end": len(rows)}))
     (mdir / f"{seq:012d}.base.jsonl").write_text("\n".join(lines) + "\n")
@@ -52,8 +61,14 @@ def _file(store: Path, rel: str, data: bytes, **fields: Any) -> dict[str, Any]:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     os.utime(path, ns=(OLD, OLD))
-    row = {"path": rel, "kind": "file", "size": len(data), "mtime_ns": OLD, "mode": 0o644,
-           "hash": format_hash(xxhash.xxh3_64_intdigest(data))}
+    row = {
+        "path": rel,
+        "kind": "file",
+        "size": len(data),
+        "mtime_ns": OLD,
+        "mode": 0o644,
+        "hash": format_hash(xxhash.xxh3_64_intdigest(data)),
+    }
     row.update(fields)
     return row
 
@@ -84,7 +99,8 @@ BAD_ROWS: dict[str, dict[str, Any]] = {
 
 
 def test_each_malformed_entry_is_that_paths_error_and_the_rest_restores(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     """Before: AssertionError / ValueError / OverflowError tracebacks, nothing restored."""
     store = tree.backing / DUR
     rows: list[Any] = [_file(store, "good.json", b'{"ok": 1}')]
@@ -97,8 +113,11 @@ def test_each_malformed_entry_is_that_paths_error_and_the_rest_restores(
     for name, row in BAD_ROWS.items():
         if name != "path-surrogate":
             assert f"restore {row['path']}:" in out.stderr, (name, out.stderr)
-    unnamed = [i for i, r in enumerate(rows) if isinstance(r, str) or "path" not in r
-               or r["path"] == "p\ud800"]
+    unnamed = [
+        i
+        for i, r in enumerate(rows)
+        if isinstance(r, str) or "path" not in r or r["path"] == "p\ud800"
+    ]
     assert len(unnamed) == 4
     for i in unnamed:  # the header is line 1
         assert f"restore 000000000001.base.jsonl line {i + 2}:" in out.stderr, out.stderr
@@ -107,13 +126,14 @@ def test_each_malformed_entry_is_that_paths_error_and_the_rest_restores(
     assert sorted(os.listdir(tree.local / "codex-home")) == ["good.json"]
 
 
-def test_manifest_modes_never_restore_setuid_setgid_or_sticky(
-        tree: Tree, cli: CliRunner) -> None:
+def test_manifest_modes_never_restore_setuid_setgid_or_sticky(tree: Tree, cli: CliRunner) -> None:
     """Anyone who can write the bucket could otherwise plant a setuid root file."""
     store = tree.backing / DUR
-    rows = [_file(store, "suid", b"#!/bin/sh\n", mode=0o6755),
-            _file(store, "sticky", b"x", mode=0o1777),
-            _file(store, "plain", b"x", mode=0o640)]
+    rows = [
+        _file(store, "suid", b"#!/bin/sh\n", mode=0o6755),
+        _file(store, "sticky", b"x", mode=0o1777),
+        _file(store, "plain", b"x", mode=0o640),
+    ]
     _manifest(store, rows)
     out = cli("restore", "codex", check=0)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tree.local / "codex-home").iterdir()}
@@ -144,7 +164,8 @@ def _no_temp_files(root: Path) -> None:
 
 
 def test_a_flipped_bit_is_that_paths_error_and_nothing_corrupt_is_placed(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     """Before: restored with exit 0 and a warning although the manifest holds its hash."""
     tree.write("codex-home/a.json", "a" * 1000, mtime_ns=OLD)
     tree.write("codex-home/b.json", "b" * 1000, mtime_ns=OLD)
@@ -167,7 +188,8 @@ def test_a_flipped_bit_is_that_paths_error_and_nothing_corrupt_is_placed(
 
 
 def test_a_rewrite_with_a_new_mtime_is_corrupt_when_no_checkpoint_was_interrupted(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     """This state dir wrote the newest manifest object and no pass is pending: nothing
     unrecorded can be at a path, whatever its mtime says."""
     tree.write("codex-home/a.json", "a" * 100, mtime_ns=OLD)
@@ -180,7 +202,8 @@ def test_a_rewrite_with_a_new_mtime_is_corrupt_when_no_checkpoint_was_interrupte
 
 
 def test_newer_complete_version_of_an_interrupted_checkpoint_is_restored(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     """A checkpoint killed after renaming a new version into place and before its manifest
     (laid out here by hand; test_verify kills real ones): restore takes it, with its own
     mtime, and the next checkpoint records it in a full base."""
@@ -213,7 +236,8 @@ sqlite = ["app.db"]
 
 
 def test_invalid_live_database_without_snapshot_on_a_fresh_durable_root(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     """Before: exit 0 when the adapter's durable directory did not exist yet, and `run`
     started the server over the invalid database."""
     conf = tree.base / "c.toml"
@@ -223,8 +247,17 @@ def test_invalid_live_database_without_snapshot_on_a_fresh_durable_root(
     out = cli("--config", str(conf), "restore", check=1)
     assert "app.db" in out.stderr and "no durable snapshot" in out.stderr
     started = tree.base / "started"
-    cli("--config", str(conf), "run", "--no-watch", "--", sys.executable, "-c",
-        f"open({str(started)!r}, 'w').close()", check=1)
+    cli(
+        "--config",
+        str(conf),
+        "run",
+        "--no-watch",
+        "--",
+        sys.executable,
+        "-c",
+        f"open({str(started)!r}, 'w').close()",
+        check=1,
+    )
     assert not started.exists()
     (tree.local / "app/app.db").unlink()  # a valid one (or none) restores fine
     with closing(sqlite3.connect(tree.local / "app/app.db")) as db:
@@ -256,12 +289,14 @@ def _restore_after_listing(tree: Tree, monkeypatch: pytest.MonkeyPatch, change: 
 
 
 def test_old_layout_file_vanishing_after_listing_is_skipped(
-        tree: Tree, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    tree: Tree, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """rsync exit 24: a harness pruned scratch while the copy ran; `run` must still boot."""
     store = _old_layout(tree)
     with caplog.at_level(logging.INFO, logger="syncengine"):
-        report = _restore_after_listing(tree, monkeypatch,
-                                        lambda: (store / "sessions/b.jsonl").unlink())
+        report = _restore_after_listing(
+            tree, monkeypatch, lambda: (store / "sessions/b.jsonl").unlink()
+        )
     assert report.ok, report.errors
     assert sorted(os.listdir(tree.local / "codex-home/sessions")) == ["a.jsonl", "c.jsonl"]
     assert report.adapters[0].skipped == 1
@@ -269,7 +304,8 @@ def test_old_layout_file_vanishing_after_listing_is_skipped(
 
 
 def test_old_layout_file_that_cannot_be_read_still_fails(
-        tree: Tree, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = _old_layout(tree)
 
     def replace_by_directory() -> None:
@@ -283,16 +319,19 @@ def test_old_layout_file_that_cannot_be_read_still_fails(
 
 
 def test_restore_never_writes_outside_the_live_root_with_hostile_objects(
-        tree: Tree, cli: CliRunner) -> None:
+    tree: Tree, cli: CliRunner
+) -> None:
     """Malformed and hostile entries together: the tree outside the live root is untouched."""
     store = tree.backing / DUR
     outside = tree.base / "outside"
     outside.mkdir()
-    rows = [_file(store, "ok", b"ok"),
-            {"path": "../up", "kind": "file", "size": 1, "mtime_ns": 1, "mode": 0o644},
-            {"path": "x", "kind": "symlink", "mtime_ns": 1, "target": str(outside)},
-            {"path": "x/y", "kind": "file", "size": 2, "mtime_ns": 1, "object": "ok"},
-            {"path": "z", "kind": "file", "size": 2, "mtime_ns": 10**30, "object": "ok"}]
+    rows = [
+        _file(store, "ok", b"ok"),
+        {"path": "../up", "kind": "file", "size": 1, "mtime_ns": 1, "mode": 0o644},
+        {"path": "x", "kind": "symlink", "mtime_ns": 1, "target": str(outside)},
+        {"path": "x/y", "kind": "file", "size": 2, "mtime_ns": 1, "object": "ok"},
+        {"path": "z", "kind": "file", "size": 2, "mtime_ns": 10**30, "object": "ok"},
+    ]
     _manifest(store, rows)
     before = {k: v for k, v in snapshot(tree.base).items() if not k.startswith("local")}
     out = cli("restore", "codex", check=1)
@@ -312,23 +351,38 @@ BAD_VALUES: dict[str, list[Any]] = {
     "path": [None, 5, "", "a\0b", "p\ud800", [], "../up", "/abs", "a/../../b", "a//b"],
     "target": [None, "", "a\0b", 7, "\udfff\ud800"],
 }
-_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                     lambda inner: st.lists(inner, max_size=3)
-                     | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 _entry = st.one_of(
-    st.tuples(st.just("good"), st.sampled_from([0o644, 0o600, 0o6755, 0o1777, 0o4711, 0]),
-              st.integers(-(10**18), 4 * 10**18)),
+    st.tuples(
+        st.just("good"),
+        st.sampled_from([0o644, 0o600, 0o6755, 0o1777, 0o4711, 0]),
+        st.integers(-(10**18), 4 * 10**18),
+    ),
     st.tuples(st.just("bad"), st.sampled_from(sorted(BAD_VALUES)), st.data()),
-    st.tuples(st.just("garbage"), _json.filter(
-        lambda v: not (isinstance(v, dict) and "path" in v)), st.none()),
+    st.tuples(
+        st.just("garbage"),
+        _json.filter(lambda v: not (isinstance(v, dict) and "path" in v)),
+        st.none(),
+    ),
 )
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(st.lists(_entry, min_size=1, max_size=8))
 def test_property_malformed_entries_never_raise_never_escape_and_are_each_reported(
-        tree: Tree, drawn: list[tuple[Any, Any, Any]]) -> None:
+    tree: Tree, drawn: list[tuple[Any, Any, Any]]
+) -> None:
     """Whatever the entry lines hold, restore returns a report (no exception), writes
     nothing outside the live root, names every bad entry, and restores every good one
     (without setuid, setgid or sticky bits)."""
@@ -344,31 +398,46 @@ def test_property_malformed_entries_never_raise_never_escape_and_are_each_report
             good[f"g/{i}"] = (data, a & 0o777)
         elif what == "bad":
             value = b.draw(st.sampled_from(BAD_VALUES[a]))
-            row = ({"path": f"b/{i}", "kind": "symlink", "mtime_ns": 1} if a == "target" else
-                   {"path": f"b/{i}", "kind": "file", "size": 1, "mtime_ns": 1, "mode": 0o644})
+            row = (
+                {"path": f"b/{i}", "kind": "symlink", "mtime_ns": 1}
+                if a == "target"
+                else {"path": f"b/{i}", "kind": "file", "size": 1, "mtime_ns": 1, "mode": 0o644}
+            )
             row[a] = value
             rows.append(row)
-            usable = isinstance(row["path"], str) and row["path"] and "\0" not in row["path"] \
+            usable = (
+                isinstance(row["path"], str)
+                and row["path"]
+                and "\0" not in row["path"]
                 and "\ud800" not in row["path"]
+            )
             named.append(row["path"] if usable else f"line {i + 2}")
         else:
             rows.append(a)
             named.append(f"line {i + 2}")
     _manifest(store, rows)
-    raw = {"state_dir": str(tree.base / "states" / str(n)), "adapters": [],
-           "adapter": [{"name": "h", "live": f"h{n}", "durable": f"state/h{n}"}]}
+    raw = {
+        "state_dir": str(tree.base / "states" / str(n)),
+        "adapters": [],
+        "adapter": [{"name": "h", "live": f"h{n}", "durable": f"state/h{n}"}],
+    }
 
     def outside() -> tuple[dict[str, Any], ...]:  # the bucket, and the local side but h<n>
-        return snapshot(tree.backing), {k: v for k, v in snapshot(tree.local).items()
-                                        if k != f"h{n}" and not k.startswith(f"h{n}/")}
+        return snapshot(tree.backing), {
+            k: v
+            for k, v in snapshot(tree.local).items()
+            if k != f"h{n}" and not k.startswith(f"h{n}/")
+        }
 
     before = outside()
     report = Engine(config_from_dict(raw, env=tree.env())).restore()
     assert outside() == before and not os.path.lexists("/abs")
     reported = [e.path for e in report.errors]
     for name in named:
-        assert any(name == p or (name.startswith("line") and p.endswith(name))
-                   for p in reported), (name, reported)
+        assert any(name == p or (name.startswith("line") and p.endswith(name)) for p in reported), (
+            name,
+            reported,
+        )
     assert report.ok == (not named)
     for rel, (data, mode) in good.items():
         st_ = (live / rel).stat()

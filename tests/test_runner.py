@@ -15,8 +15,7 @@ from tests.conftest import CliRunner, EngineFactory, Tree
 RAW = {"adapters": [], "adapter": [{"name": "x", "live": "x", "durable": "state/x"}]}
 
 
-def test_start_stop_as_context_manager_leaves_no_threads(tree: Tree, engine: EngineFactory
-                                                         ) -> None:
+def test_start_stop_as_context_manager_leaves_no_threads(tree: Tree, engine: EngineFactory) -> None:
     tree.write("x/a.txt", "a")
     before = set(threading.enumerate())
     with Runner(engine(RAW), interval=0.05) as runner:
@@ -42,6 +41,7 @@ def test_final_checkpoint_on_stop(tree: Tree, engine: EngineFactory) -> None:
 def test_checkpoint_now_from_several_threads(tree: Tree, engine: EngineFactory) -> None:
     results: list[int] = []
     with Runner(engine(RAW), interval=0.01) as runner:
+
         def work(n: int) -> None:
             tree.write(f"x/t{n}.txt", str(n))
             report = runner.checkpoint_now(timeout=60)
@@ -59,20 +59,21 @@ def test_checkpoint_now_from_several_threads(tree: Tree, engine: EngineFactory) 
 
 
 def test_checkpoint_now_times_out_while_another_process_holds_the_lock(
-        tree: Tree, engine: EngineFactory) -> None:
+    tree: Tree, engine: EngineFactory
+) -> None:
     runner = Runner(engine(RAW), interval=3600, watch=False)
     with runner, StateLock(tree.state), pytest.raises(LockBusy):
         runner.checkpoint_now(timeout=0.2)
 
 
-def test_incomplete_restore_raises_and_starts_nothing(tree: Tree, engine: EngineFactory
-                                                      ) -> None:
+def test_incomplete_restore_raises_and_starts_nothing(tree: Tree, engine: EngineFactory) -> None:
     mdir = tree.data / "state/x/.syncengine/manifest"
     mdir.mkdir(parents=True)
-    lines = [{"syncengine_manifest": 1, "adapter": "x", "seq": 1, "type": "base",
-              "created_ns": 1},
-             {"path": "../out.txt", "kind": "file", "mtime_ns": 1, "size": 1, "mode": 420},
-             {"end": 1}]
+    lines = [
+        {"syncengine_manifest": 1, "adapter": "x", "seq": 1, "type": "base", "created_ns": 1},
+        {"path": "../out.txt", "kind": "file", "mtime_ns": 1, "size": 1, "mode": 420},
+        {"end": 1},
+    ]
     (mdir / "000000000001.base.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     before = set(threading.enumerate())
     runner = Runner(engine(RAW))
@@ -82,8 +83,9 @@ def test_incomplete_restore_raises_and_starts_nothing(tree: Tree, engine: Engine
     assert set(threading.enumerate()) == before
 
 
-def test_status_file_is_shown_by_syncengine_status(tree: Tree, engine: EngineFactory,
-                                                   cli: CliRunner) -> None:
+def test_status_file_is_shown_by_syncengine_status(
+    tree: Tree, engine: EngineFactory, cli: CliRunner
+) -> None:
     cfg = tree.base / "cfg.toml"
     cfg.write_text('adapters = []\n[[adapter]]\nname = "x"\nlive = "x"\ndurable = "state/x"\n')
     tree.write("x/a.txt", "a")

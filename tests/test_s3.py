@@ -26,8 +26,10 @@ from tests.conftest import REPO
 from tests.helpers import files
 from tests.s3server import CREDENTIALS, Flaky, S3Server
 
-RAW: dict[str, Any] = {"adapters": [], "adapter": [
-    {"name": "x", "live": "x", "durable": "state/x", "segments": ["logs/*.jsonl"]}]}
+RAW: dict[str, Any] = {
+    "adapters": [],
+    "adapter": [{"name": "x", "live": "x", "durable": "state/x", "segments": ["logs/*.jsonl"]}],
+}
 CONFIG = """
 adapters = []
 [[adapter]]
@@ -51,17 +53,29 @@ class Deployment:
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env.update(CREDENTIALS, AM_LOCAL=str(self.local), HOME=str(self.base / "home"),
-                   DATA_DIR=f"s3://{self.bucket}/team/one", SYNCENGINE_CONFIG=str(self.config),
-                   AWS_ENDPOINT_URL=self.server.endpoint)
+        env.update(
+            CREDENTIALS,
+            AM_LOCAL=str(self.local),
+            HOME=str(self.base / "home"),
+            DATA_DIR=f"s3://{self.bucket}/team/one",
+            SYNCENGINE_CONFIG=str(self.config),
+            AWS_ENDPOINT_URL=self.server.endpoint,
+        )
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         env.update(extra)
         return env
 
-    def run(self, *args: str, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "syncengine", *args], capture_output=True,
-                              text=True, env=env or self.env(), timeout=300, cwd=self.base)
+    def run(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "syncengine", *args],
+            capture_output=True,
+            text=True,
+            env=env or self.env(),
+            timeout=300,
+            cwd=self.base,
+        )
 
     def engine(self) -> Engine:
         return Engine(config_from_dict(RAW, env=self.env()))
@@ -126,11 +140,16 @@ def test_credentials_come_from_a_profile(dep: Deployment) -> None:
     aws = dep.base / "home/.aws"
     aws.mkdir(parents=True)
     (aws / "credentials").write_text(
-        "[work]\naws_access_key_id = testing\naws_secret_access_key = testing\n")
-    (aws / "config").write_text(f"[profile work]\nregion = us-east-1\n"
-                                f"endpoint_url = {dep.server.endpoint}\n")
-    env = {k: v for k, v in dep.env().items()
-           if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")}
+        "[work]\naws_access_key_id = testing\naws_secret_access_key = testing\n"
+    )
+    (aws / "config").write_text(
+        f"[profile work]\nregion = us-east-1\nendpoint_url = {dep.server.endpoint}\n"
+    )
+    env = {
+        k: v
+        for k, v in dep.env().items()
+        if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")
+    }
     (dep.local / "x/a.txt").write_text("alpha\n")
     proc = dep.run("checkpoint", env={**env, "AWS_PROFILE": "work"})
     assert proc.returncode == 0, proc.stderr
@@ -178,8 +197,13 @@ def test_a_multipart_upload_killed_midway_leaves_no_open_upload(dep: Deployment)
     with big.open("wb") as f:
         for _ in range(80):
             f.write(os.urandom(1024 * 1024))
-    proc = subprocess.Popen([sys.executable, "-m", "syncengine", "checkpoint"], env=dep.env(),
-                            cwd=dep.base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "syncengine", "checkpoint"],
+        env=dep.env(),
+        cwd=dep.base,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while not any("partNumber=" in p for _, p, _ in dep.server.requests(dep.bucket)):
         assert proc.poll() is None, "the checkpoint ended before uploading a part"
@@ -216,8 +240,9 @@ def test_refused_credentials_are_one_line_and_exit_1(tmp_path: Path) -> None:
     try:
         dep = Deployment(tmp_path / "d", server, bucket="locked-bucket")
         (dep.local / "x/a.txt").write_text("alpha\n")
-        _one_line_error(dep.run("checkpoint"), "locked-bucket", "refused the credentials",
-                        "AWS_ACCESS_KEY_ID")
+        _one_line_error(
+            dep.run("checkpoint"), "locked-bucket", "refused the credentials", "AWS_ACCESS_KEY_ID"
+        )
     finally:
         server.stop()
 
@@ -249,12 +274,13 @@ def _rewrite(dep: Deployment, trial: int, versions: dict[str, set[bytes]]) -> No
     big = dep.local / "x/big.bin"
     if trial % 2 == 0:
         data = bytearray(big.read_bytes() if big.exists() else os.urandom(65 * 1024 * 1024))
-        data[:1024 * 1024] = os.urandom(1024 * 1024)
+        data[: 1024 * 1024] = os.urandom(1024 * 1024)
         big.write_bytes(bytes(data))
     for path in (dep.local / "x").rglob("*"):
         if path.is_file():
             versions.setdefault(path.relative_to(dep.local).as_posix(), set()).add(
-                path.read_bytes())
+                path.read_bytes()
+            )
 
 
 def _restored(dep: Deployment, name: str) -> dict[str, bytes]:
@@ -281,11 +307,14 @@ def test_checkpoints_killed_at_random_requests_restore_consistently(dep: Deploym
         _rewrite(dep, trial, versions)
         start = len(dep.server.requests(dep.bucket))
         kill_after = rng.randint(1, 21)  # a pass with the large file: ~22 requests
-        proc = subprocess.Popen([sys.executable, "-m", "syncengine", "checkpoint"],
-                                env=dep.env(), cwd=dep.base, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        while (proc.poll() is None
-               and len(dep.server.requests(dep.bucket)) - start < kill_after):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "syncengine", "checkpoint"],
+            env=dep.env(),
+            cwd=dep.base,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        while proc.poll() is None and len(dep.server.requests(dep.bucket)) - start < kill_after:
             time.sleep(0.005)  # polling the server's log for the request count
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -317,8 +346,7 @@ def test_throttling_is_retried_with_backoff(dep: Deployment) -> None:
     assert "team/one/state/x/b.txt" in dep.object_keys()
 
 
-def test_a_server_that_keeps_failing_is_one_line_after_bounded_retries(dep: Deployment
-                                                                        ) -> None:
+def test_a_server_that_keeps_failing_is_one_line_after_bounded_retries(dep: Deployment) -> None:
     (dep.local / "x/a.txt").write_text("alpha\n")
     flaky = Flaky(dep.server, every=0)
     try:

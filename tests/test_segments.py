@@ -24,8 +24,10 @@ from syncengine.errors import SourceError
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, EngineFactory, Tree
 
-RAW: dict[str, Any] = {"adapters": [], "adapter": [
-    {"name": "x", "live": "x", "durable": "state/x", "segments": ["*.jsonl"]}]}
+RAW: dict[str, Any] = {
+    "adapters": [],
+    "adapter": [{"name": "x", "live": "x", "durable": "state/x", "segments": ["*.jsonl"]}],
+}
 LOG = "sessions/rollout-1.jsonl"
 
 WRITER = r"""
@@ -72,8 +74,11 @@ def manifest_objects(tree: Tree) -> list[str]:
 
 def durable_files(tree: Tree) -> dict[str, bytes]:
     root = tree.backing / "state/x"
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
-            if p.is_file() and "staging" not in p.parts}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and "staging" not in p.parts
+    }
 
 
 def wipe_local(tree: Tree) -> None:
@@ -85,12 +90,14 @@ def complete_lines(data: bytes) -> bytes:
     return data[: data.rfind(b"\n") + 1]
 
 
-def test_killed_writer_restores_exactly_the_published_lines(tree: Tree, engine: EngineFactory
-                                                            ) -> None:
+def test_killed_writer_restores_exactly_the_published_lines(
+    tree: Tree, engine: EngineFactory
+) -> None:
     live = tree.write(f"x/{LOG}", b"")
     eng = engine(RAW)
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(live)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(live)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     assert proc.stdin is not None and proc.stdout is not None
     published = b""
     try:
@@ -142,10 +149,10 @@ def _mutate(kind: str, path: Path) -> None:
 
 @pytest.mark.memory
 @pytest.mark.parametrize("kind", ["shrink", "rename", "rewrite"])
-def test_non_append_change_starts_a_new_chain(tree: Tree, engine: EngineFactory,
-                                              kind: str) -> None:
-    path = tree.write(f"x/{LOG}", b"".join(b'{"line": %d, "text": "%s"}\n' % (i, b"y" * 40)
-                                    for i in range(100)))
+def test_non_append_change_starts_a_new_chain(tree: Tree, engine: EngineFactory, kind: str) -> None:
+    path = tree.write(
+        f"x/{LOG}", b"".join(b'{"line": %d, "text": "%s"}\n' % (i, b"y" * 40) for i in range(100))
+    )
     eng = engine(RAW)
     assert eng.checkpoint().ok
     with path.open("ab") as f:
@@ -165,8 +172,9 @@ def test_non_append_change_starts_a_new_chain(tree: Tree, engine: EngineFactory,
 
 
 @pytest.mark.parametrize("damage", ["missing", "corrupt", "truncated"])
-def test_bad_segment_refuses_that_file(tree: Tree, engine: EngineFactory, cli: CliRunner,
-                                       damage: str) -> None:
+def test_bad_segment_refuses_that_file(
+    tree: Tree, engine: EngineFactory, cli: CliRunner, damage: str
+) -> None:
     path = tree.write(f"x/{LOG}", b"one\n")
     tree.write("x/other.jsonl", b"fine\n")
     eng = engine(RAW)
@@ -184,8 +192,10 @@ def test_bad_segment_refuses_that_file(tree: Tree, engine: EngineFactory, cli: C
         victim.write_bytes(b"tw")
     wipe_local(tree)
     config = tree.base / "x.toml"
-    config.write_text('adapters = []\n[[adapter]]\nname = "x"\nlive = "x"\n'
-                      'durable = "state/x"\nsegments = ["*.jsonl"]\n')
+    config.write_text(
+        'adapters = []\n[[adapter]]\nname = "x"\nlive = "x"\n'
+        'durable = "state/x"\nsegments = ["*.jsonl"]\n'
+    )
     proc = cli("--config", str(config), "restore", check=1)
     assert LOG in proc.stderr and "restore incomplete" in proc.stderr
     assert not (tree.local / "x" / LOG).exists()  # never a silently shorter file
@@ -218,8 +228,9 @@ def test_idle_compaction_then_restore(tree: Tree, engine: EngineFactory) -> None
 
 
 @pytest.mark.memory
-def test_long_chain_is_compacted(tree: Tree, engine: EngineFactory,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_long_chain_is_compacted(
+    tree: Tree, engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(segments, "MAX_SEGMENTS", 3)
     path = tree.write(f"x/{LOG}", b"0\n")
     eng = engine(RAW)
@@ -239,7 +250,8 @@ def test_long_chain_is_compacted(tree: Tree, engine: EngineFactory,
 
 @pytest.mark.rclone
 def test_final_checkpoint_publishes_partial_line_and_chain_continues_after_restore(
-        tree: Tree, engine: EngineFactory, cli: CliRunner) -> None:
+    tree: Tree, engine: EngineFactory, cli: CliRunner
+) -> None:
     tree.write(f"x/{LOG}", b"done\nhalf")
     eng = engine(RAW)
     assert eng.checkpoint().ok
@@ -263,8 +275,10 @@ def test_final_checkpoint_publishes_partial_line_and_chain_continues_after_resto
     assert len(chain_objects(tree)) == 3
     out = tree.base / "out.jsonl"
     config = tree.base / "x.toml"
-    config.write_text('adapters = []\n[[adapter]]\nname = "x"\nlive = "x"\n'
-                      'durable = "state/x"\nsegments = ["*.jsonl"]\n')
+    config.write_text(
+        'adapters = []\n[[adapter]]\nname = "x"\nlive = "x"\n'
+        'durable = "state/x"\nsegments = ["*.jsonl"]\n'
+    )
     proc = cli("--config", str(config), "export", str(restored), check=0)
     assert proc.stdout == "done\nhalf more\n"
     cli("--config", str(config), "export", LOG, "-o", str(out), check=0)
@@ -272,8 +286,9 @@ def test_final_checkpoint_publishes_partial_line_and_chain_continues_after_resto
     cli("--config", str(config), "export", "nope.jsonl", check=2)
 
 
-def test_chain_on_the_bucket_emulator(tree: Tree, engine: EngineFactory,
-                                      bucket: BucketMount) -> None:
+def test_chain_on_the_bucket_emulator(
+    tree: Tree, engine: EngineFactory, bucket: BucketMount
+) -> None:
     path = tree.write(f"x/{LOG}", b"one\n")
     data = str(bucket.mountpoint)
     eng = engine(RAW, DATA_DIR=data)
@@ -308,8 +323,7 @@ def three_lines(tree: Tree, engine: EngineFactory) -> tuple[Path, Engine]:
 
 
 @pytest.mark.rclone
-def test_an_append_publishes_one_object_and_no_manifest(tree: Tree, engine: EngineFactory
-                                                        ) -> None:
+def test_an_append_publishes_one_object_and_no_manifest(tree: Tree, engine: EngineFactory) -> None:
     path = tree.write(f"x/{LOG}", b'{"line": 0}\n' * 100)
     notes = tree.write("x/notes.txt", b"v1\n")
     eng = engine(RAW)
@@ -352,7 +366,8 @@ def test_an_append_publishes_one_object_and_no_manifest(tree: Tree, engine: Engi
 
 @pytest.mark.memory
 def test_several_unrecorded_appends_restore_exactly_and_the_chain_continues(
-        tree: Tree, engine: EngineFactory) -> None:
+    tree: Tree, engine: EngineFactory
+) -> None:
     path = tree.write(f"x/{LOG}", b"base\n")
     eng = engine(RAW)
     for i in range(5):
@@ -378,8 +393,7 @@ def test_several_unrecorded_appends_restore_exactly_and_the_chain_continues(
 
 
 @pytest.mark.parametrize("damage", ["last-corrupt", "base-missing"])
-def test_more_bad_segments_refuse_the_file(tree: Tree, engine: EngineFactory,
-                                           damage: str) -> None:
+def test_more_bad_segments_refuse_the_file(tree: Tree, engine: EngineFactory, damage: str) -> None:
     three_lines(tree, engine)
     objects = chain_objects(tree)
     if damage == "last-corrupt":  # same size, other bytes: its own hash says no
@@ -393,8 +407,9 @@ def test_more_bad_segments_refuse_the_file(tree: Tree, engine: EngineFactory,
     assert not (tree.local / "x" / LOG).exists()
 
 
-def test_torn_last_unrecorded_segment_is_left_out(tree: Tree, engine: EngineFactory,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_torn_last_unrecorded_segment_is_left_out(
+    tree: Tree, engine: EngineFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     """A mount without rename that commits a killed publish keeps a short last object."""
     three_lines(tree, engine)
     last = chain_objects(tree)[-1]
@@ -412,8 +427,9 @@ def test_torn_last_unrecorded_segment_is_left_out(tree: Tree, engine: EngineFact
             chain.read(short_then_more, durable, None)
 
 
-def test_duplicate_seq_of_a_killed_run_resolves_to_the_newest(tree: Tree,
-                                                             engine: EngineFactory) -> None:
+def test_duplicate_seq_of_a_killed_run_resolves_to_the_newest(
+    tree: Tree, engine: EngineFactory
+) -> None:
     t = time.time_ns() - 60 * 10**9  # recent: an idle chain would be compacted
     path = tree.write(f"x/{LOG}", b"base\n", mtime_ns=t)
     assert engine(RAW).checkpoint().ok
@@ -445,8 +461,11 @@ def test_resolve_prefers_the_branch_published_last_and_refuses_gaps() -> None:
     d = chain.chain_dir("a.jsonl", "c")
 
     def piece(seq: int, start: int, end: int, mtime: int | None = 7) -> chain.Piece:
-        name = (f"{seq:08d}-{start:012d}-{end:012d}.seg" if mtime is None else
-                f"{seq:08d}-{start:012d}-{end:012d}-{0:016x}-{mtime}.seg")
+        name = (
+            f"{seq:08d}-{start:012d}-{end:012d}.seg"
+            if mtime is None
+            else f"{seq:08d}-{start:012d}-{end:012d}-{0:016x}-{mtime}.seg"
+        )
         p = chain.parse(d, name)
         assert p is not None
         return p
@@ -480,8 +499,7 @@ def test_old_names_still_restore(tree: Tree, engine: EngineFactory) -> None:
 
 
 @pytest.mark.memory
-def test_export_verify_and_gc_see_unrecorded_segments(tree: Tree, engine: EngineFactory
-                                                      ) -> None:
+def test_export_verify_and_gc_see_unrecorded_segments(tree: Tree, engine: EngineFactory) -> None:
     import io
 
     _, eng = three_lines(tree, engine)
@@ -501,8 +519,9 @@ def test_export_verify_and_gc_see_unrecorded_segments(tree: Tree, engine: Engine
 
 
 @pytest.mark.memory
-def test_hot_restart_compares_the_local_copy_with_the_chain(tree: Tree,
-                                                           engine: EngineFactory) -> None:
+def test_hot_restart_compares_the_local_copy_with_the_chain(
+    tree: Tree, engine: EngineFactory
+) -> None:
     t = time.time_ns() - 60 * 10**9  # recent: an idle chain would be compacted
     path = tree.write(f"x/{LOG}", b"one\n", mtime_ns=t)
     assert engine(RAW).checkpoint().ok  # the manifest records t
@@ -523,8 +542,9 @@ def test_hot_restart_compares_the_local_copy_with_the_chain(tree: Tree,
 
 
 @pytest.mark.memory
-def test_a_compacted_manifest_base_keeps_logs(tree: Tree, engine: EngineFactory,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_compacted_manifest_base_keeps_logs(
+    tree: Tree, engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(manifest, "COMPACT_AFTER", 1)
     tree.write(f"x/{LOG}", b"one\n")
     notes = tree.write("x/notes.txt", b"v1\n")
@@ -533,8 +553,9 @@ def test_a_compacted_manifest_base_keeps_logs(tree: Tree, engine: EngineFactory,
         assert eng.checkpoint().ok
         notes.write_bytes(text)
     assert eng.checkpoint().ok
-    assert [n for n in manifest_objects(tree) if n.endswith("base.jsonl")][-1] != \
-        manifest_objects(tree)[0]
+    assert [n for n in manifest_objects(tree) if n.endswith("base.jsonl")][-1] != manifest_objects(
+        tree
+    )[0]
     wipe_local(tree)
     assert engine(RAW).restore().ok
     assert (tree.local / "x" / LOG).read_bytes() == b"one\n"

@@ -36,12 +36,14 @@ def _config(tree: Tree, who: str) -> Path:
     """A writer's config: its own local root and state dir, the shared durable root, and one
     adapter per trial (a fresh manifest each time, a probe cached after the warm-up)."""
     local = tree.base / f"local-{who}"
-    lines = [f"local_root = {json.dumps(str(local))}",
-             f"durable_root = {json.dumps(str(tree.data))}",
-             f"state_dir = {json.dumps(str(tree.base / f'state-{who}'))}", "adapters = []"]
+    lines = [
+        f"local_root = {json.dumps(str(local))}",
+        f"durable_root = {json.dumps(str(tree.data))}",
+        f"state_dir = {json.dumps(str(tree.base / f'state-{who}'))}",
+        "adapters = []",
+    ]
     for name in ["warm", *(f"t{i}" for i in range(TRIALS))]:
-        lines += ["[[adapter]]", f'name = "{name}"', f'live = "{name}"',
-                  f'durable = "{name}"']
+        lines += ["[[adapter]]", f'name = "{name}"', f'live = "{name}"', f'durable = "{name}"']
         for n in range(FILES):
             path = local / name / f"{who}-{n}.txt"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,14 +58,33 @@ def test_two_writers_racing_for_a_manifest_name(tree: Tree) -> None:
     confs = {who: _config(tree, who) for who in ("a", "b")}
     env = tree.env()
     for conf in confs.values():  # one writer at a time: each probes the mount once
-        subprocess.run([sys.executable, "-m", "syncengine", "--config", str(conf),
-                        "checkpoint", "warm"], env=env, check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "syncengine", "--config", str(conf), "checkpoint", "warm"],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
     outcomes: dict[str, int] = {}
     for i in range(TRIALS):
-        procs = {who: subprocess.Popen(
-            [sys.executable, "-c", START_TOGETHER, "--config", str(conf), "checkpoint",
-             f"t{i}"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True) for who, conf in confs.items()}
+        procs = {
+            who: subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    START_TOGETHER,
+                    "--config",
+                    str(conf),
+                    "checkpoint",
+                    f"t{i}",
+                ],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for who, conf in confs.items()
+        }
         for proc in procs.values():
             assert proc.stdin is not None
             proc.stdin.write("x")

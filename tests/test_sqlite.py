@@ -61,8 +61,12 @@ class Writer:
 
     def __init__(self, db: Path, mode: str = "wal") -> None:
         db.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db), mode],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(db), mode],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
 
     def send(self, line: str) -> str:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -156,12 +160,16 @@ def entries(tree: Tree, adapter: str) -> dict[str, manifest.Entry]:
 
 def durable_files(tree: Tree, adapter: str) -> list[str]:
     root = tree.data / "state" / adapter
-    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
-                  if p.is_file() and ".syncengine" not in p.parts)
+    return sorted(
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file() and ".syncengine" not in p.parts
+    )
 
 
 def test_wal_writer_open_snapshot_is_consistent_and_idle_is_not_rewritten(
-        tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]) -> None:
+    tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]
+) -> None:
     w = Writer(tree.local / "app" / "app.db")
     writers.append(w)
     assert w.insert(50) == 50
@@ -195,7 +203,8 @@ def test_database_appears_after_config_files(tree: Tree, cli: CliRunner, cfg: st
 
 
 def test_hot_restart_keeps_newer_valid_local_database(
-        tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]) -> None:
+    tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]
+) -> None:
     w = Writer(tree.local / "app" / "app.db")
     writers.append(w)
     w.insert(10)
@@ -210,7 +219,8 @@ def test_hot_restart_keeps_newer_valid_local_database(
 
 
 def test_corrupt_live_database_fails_and_keeps_previous_snapshot(
-        tree: Tree, cli: CliRunner, cfg: str) -> None:
+    tree: Tree, cli: CliRunner, cfg: str
+) -> None:
     make_db(tree.local / "app" / "app.db", 30)
     cli("--config", cfg, "checkpoint", "app", check=0)
     obj = tree.data / "state" / "app" / "checkpoints" / "app.db"
@@ -227,7 +237,8 @@ def test_corrupt_live_database_fails_and_keeps_previous_snapshot(
 
 
 def test_restore_after_losing_the_live_tree_leaves_no_stale_wal(
-        tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]) -> None:
+    tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]
+) -> None:
     w = Writer(tree.local / "app" / "nested" / "a" / "x.sqlite")
     writers.append(w)
     w.insert(40)
@@ -235,6 +246,7 @@ def test_restore_after_losing_the_live_tree_leaves_no_stale_wal(
     cli("--config", cfg, "checkpoint", "app", check=0)
     w.close()
     import shutil
+
     shutil.rmtree(tree.local / "app")
     shutil.rmtree(tree.state)
     out = cli("--config", cfg, "restore", "app", check=0)
@@ -255,7 +267,8 @@ def test_restore_after_losing_the_live_tree_leaves_no_stale_wal(
 
 
 def test_invalid_local_database_is_replaced_and_quarantined(
-        tree: Tree, cli: CliRunner, cfg: str) -> None:
+    tree: Tree, cli: CliRunner, cfg: str
+) -> None:
     make_db(tree.local / "app" / "app.db", 20)
     cli("--config", cfg, "checkpoint", "app", check=0)
     db = tree.local / "app" / "app.db"
@@ -269,7 +282,8 @@ def test_invalid_local_database_is_replaced_and_quarantined(
 
 
 def test_invalid_local_database_without_snapshot_makes_restore_incomplete(
-        tree: Tree, cli: CliRunner, cfg: str) -> None:
+    tree: Tree, cli: CliRunner, cfg: str
+) -> None:
     tree.write("app/config.json", "{}")
     cli("--config", cfg, "checkpoint", "app", check=0)
     tree.write("app/app.db", b"SQLite format 3\x00" + b"\xff" * 4000)
@@ -278,8 +292,9 @@ def test_invalid_local_database_without_snapshot_makes_restore_incomplete(
     assert (tree.local / "app" / "app.db").exists()  # left where it is, for the operator
 
 
-def test_rollback_journal_database(tree: Tree, cli: CliRunner, cfg: str,
-                                   writers: list[Writer]) -> None:
+def test_rollback_journal_database(
+    tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]
+) -> None:
     w = Writer(tree.local / "app" / "app.db", mode="delete")
     writers.append(w)
     w.insert(12)
@@ -314,7 +329,8 @@ def test_locked_database_is_reported_and_retried(tree: Tree, cli: CliRunner, cfg
 
 
 def test_tight_loop_writer_does_not_stop_the_snapshot(
-        tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]) -> None:
+    tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]
+) -> None:
     w = Writer(tree.local / "app" / "app.db")
     writers.append(w)
     w.insert(2000)
@@ -329,7 +345,8 @@ def test_tight_loop_writer_does_not_stop_the_snapshot(
 
 
 def test_unlisted_database_in_a_tree_is_snapshotted(
-        tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]) -> None:
+    tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]
+) -> None:
     w = Writer(tree.local / "tree" / "sub" / "cache.db")
     writers.append(w)
     w.insert(7)
@@ -348,6 +365,7 @@ def test_unlisted_database_in_a_tree_is_snapshotted(
     assert snapshot_rows(tree, "tree", "sub/cache.db") == 10
     w.close()
     import shutil
+
     shutil.rmtree(tree.local / "tree")
     cli("--config", cfg, "restore", "tree", check=0)
     assert sorted(os.listdir(tree.local / "tree" / "sub")) == ["cache.db"]
@@ -355,7 +373,8 @@ def test_unlisted_database_in_a_tree_is_snapshotted(
 
 
 def test_old_raw_layout_is_restored_by_sqlite_recovery(
-        tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]) -> None:
+    tree: Tree, cli: CliRunner, cfg: str, writers: list[Writer]
+) -> None:
     w = Writer(tree.local / "old" / "app.db")
     writers.append(w)
     w.insert(9)  # committed frames only in the WAL
@@ -374,16 +393,17 @@ def test_old_raw_layout_is_restored_by_sqlite_recovery(
     assert snapshot_rows(tree, "app", "app.db") == 9
 
 
-def test_status_shows_databases_and_library_version(
-        tree: Tree, cli: CliRunner, cfg: str) -> None:
+def test_status_shows_databases_and_library_version(tree: Tree, cli: CliRunner, cfg: str) -> None:
     make_db(tree.local / "app" / "app.db", 1)
     cli("--config", cfg, "checkpoint", "app", check=0)
     out = cli("--config", cfg, "status", check=0).stdout
     import apsw
+
     assert f"SQLite library: {apsw.sqlite_lib_version()} (apsw {apsw.apsw_version()}" in out
     assert "WAL-reset" not in out  # the bundled SQLite is newer than 3.51.2
     assert "database app.db: last snapshot" in out
     import json
+
     data = json.loads(cli("--config", cfg, "status", "--json", check=0).stdout)
     assert data["sqlite"]["version"] == apsw.sqlite_lib_version()
     assert data["sqlite"]["wal_reset_bug"] is False and data["sqlite"]["warning"] is None
@@ -392,15 +412,24 @@ def test_status_shows_databases_and_library_version(
     assert app["databases"][0]["size"] > 0
 
 
-def test_codex_snapshots_user_data_but_not_logs_or_projections(
-        tree: Tree, cli: CliRunner) -> None:
+def test_codex_snapshots_user_data_but_not_logs_or_projections(tree: Tree, cli: CliRunner) -> None:
     home = tree.local / "codex-home"
-    for name in ("goals_1.sqlite", "memories_1.sqlite", "state_5.sqlite", "queue_1.sqlite",
-                 "logs_2.sqlite", "thread_history_1.sqlite"):
+    for name in (
+        "goals_1.sqlite",
+        "memories_1.sqlite",
+        "state_5.sqlite",
+        "queue_1.sqlite",
+        "logs_2.sqlite",
+        "thread_history_1.sqlite",
+    ):
         make_db(home / name, 2)
     tree.write("codex-home/history.jsonl", "{}\n")
     cli("checkpoint", "codex", check=0)
     assert durable_files(tree, "codex") == [
-        "checkpoints/goals_1.sqlite", "checkpoints/memories_1.sqlite",
-        "checkpoints/queue_1.sqlite", "checkpoints/state_5.sqlite", "history.jsonl"]
+        "checkpoints/goals_1.sqlite",
+        "checkpoints/memories_1.sqlite",
+        "checkpoints/queue_1.sqlite",
+        "checkpoints/state_5.sqlite",
+        "history.jsonl",
+    ]
     assert snapshot_rows(tree, "codex", "goals_1.sqlite") == 2

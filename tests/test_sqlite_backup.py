@@ -21,9 +21,11 @@ from tests.conftest import CliRunner, EngineFactory, Tree
 from tests.helpers import Child, query_snapshot
 from tests.test_sqlite import make_db
 
-CONFIG = {"adapters": [], "sqlite_busy_timeout": 2.0,
-          "adapter": [{"name": "app", "live": "app", "durable": "state/app",
-                       "sqlite": ["app.db"]}]}
+CONFIG = {
+    "adapters": [],
+    "sqlite_busy_timeout": 2.0,
+    "adapter": [{"name": "app", "live": "app", "durable": "state/app", "sqlite": ["app.db"]}],
+}
 
 
 def listing(d: Path) -> dict[str, tuple[int, int, str]]:
@@ -32,28 +34,35 @@ def listing(d: Path) -> dict[str, tuple[int, int, str]]:
     out = {".": (0, d.stat().st_mtime_ns, "")}
     for name in os.listdir(d):
         st = os.lstat(d / name)
-        out[name] = (st.st_size, st.st_mtime_ns,
-                     hashlib.sha256((d / name).read_bytes()).hexdigest())
+        out[name] = (
+            st.st_size,
+            st.st_mtime_ns,
+            hashlib.sha256((d / name).read_bytes()).hexdigest(),
+        )
     return out
 
 
 def snapshot_count(tree: Tree) -> int:
     """Rows of the published snapshot (checked, on a private copy)."""
-    rows = query_snapshot(tree.data / "state/app/checkpoints/app.db", tree.base,
-                          "SELECT count(*) FROM t")
+    rows = query_snapshot(
+        tree.data / "state/app/checkpoints/app.db", tree.base, "SELECT count(*) FROM t"
+    )
     return int(str(rows[0][0]))
 
 
 @pytest.fixture
 def cfg(tree: Tree) -> str:
     path = tree.base / "syncengine.toml"
-    path.write_text('adapters = []\n[[adapter]]\nname = "app"\nlive = "app"\n'
-                    'durable = "state/app"\nsqlite = ["app.db"]\n')
+    path.write_text(
+        'adapters = []\n[[adapter]]\nname = "app"\nlive = "app"\n'
+        'durable = "state/app"\nsqlite = ["app.db"]\n'
+    )
     return str(path)
 
 
 def test_snapshot_of_a_closed_wal_database_creates_nothing(
-        tree: Tree, cli: CliRunner, cfg: str) -> None:
+    tree: Tree, cli: CliRunner, cfg: str
+) -> None:
     db = tree.local / "app" / "app.db"
     make_db(db, 40)  # WAL mode; the writer closed it, so no -wal or -shm is left
     assert os.listdir(db.parent) == ["app.db"]
@@ -79,7 +88,8 @@ con.close()
 
 
 def test_snapshot_beside_an_open_writer_changes_no_file(
-        tree: Tree, cli: CliRunner, cfg: str) -> None:
+    tree: Tree, cli: CliRunner, cfg: str
+) -> None:
     db = tree.local / "app" / "app.db"
     db.parent.mkdir(parents=True)
     holder = Child(HOLDER, str(db), ready="committed")
@@ -111,10 +121,12 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-@pytest.mark.parametrize("left_by", ["read-only reader", "killed writer",
-                                     "writer exiting without close"])
+@pytest.mark.parametrize(
+    "left_by", ["read-only reader", "killed writer", "writer exiting without close"]
+)
 def test_companions_no_process_uses_are_read_and_left_alone(
-        tree: Tree, cli: CliRunner, cfg: str, left_by: str) -> None:
+    tree: Tree, cli: CliRunner, cfg: str, left_by: str
+) -> None:
     db = tree.local / "app" / "app.db"
     if left_by == "read-only reader":  # Python's own SQLite leaves an empty -wal and a -shm
         make_db(db, 20)
@@ -155,7 +167,8 @@ os.kill(os.getpid(), signal.SIGKILL)  # a hot journal: the main file has uncommi
 
 
 def test_a_hot_journal_of_a_killed_writer_is_rolled_back_in_staging_only(
-        tree: Tree, cli: CliRunner, cfg: str) -> None:
+    tree: Tree, cli: CliRunner, cfg: str
+) -> None:
     db = tree.local / "app" / "app.db"
     db.parent.mkdir(parents=True)
     proc = subprocess.run([sys.executable, "-c", HOT, str(db)], timeout=60)
@@ -209,7 +222,8 @@ def busy(tree: Tree) -> Iterator[Child]:
 
 
 def test_snapshots_beside_a_writer_committing_all_the_time_hold_whole_transactions(
-        tree: Tree, engine: EngineFactory, busy: Child) -> None:
+    tree: Tree, engine: EngineFactory, busy: Child
+) -> None:
     # Its files change all the time; each snapshot still holds whole transactions only
     # (the counter matches the rows), and none fails.
     eng = engine(CONFIG)
@@ -217,8 +231,11 @@ def test_snapshots_beside_a_writer_committing_all_the_time_hold_whole_transactio
     for _ in range(3):
         report = eng.checkpoint()
         assert report.ok, report.errors
-        rows = query_snapshot(tree.data / "state/app/checkpoints/app.db", tree.base,
-                              "SELECT (SELECT sum(n) FROM t), (SELECT k FROM c)")
+        rows = query_snapshot(
+            tree.data / "state/app/checkpoints/app.db",
+            tree.base,
+            "SELECT (SELECT sum(n) FROM t), (SELECT k FROM c)",
+        )
         total, commits = (int(str(v)) for v in rows[0])
         assert total == 10 * commits  # whole transactions only
         seen.append(commits)
@@ -255,7 +272,8 @@ def opener(tree: Tree) -> Iterator[Child]:
 
 @pytest.mark.dir_only("about the live side: snapshots of a database whose writer comes and goes")
 def test_writer_opening_and_closing_meanwhile_never_spoils_a_snapshot(
-        tree: Tree, engine: EngineFactory, opener: Child) -> None:
+    tree: Tree, engine: EngineFactory, opener: Child
+) -> None:
     eng = engine(CONFIG)
     counts = []
     for _ in range(12):

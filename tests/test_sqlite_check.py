@@ -75,20 +75,24 @@ def unparsable_view(path: Path) -> None:
     try:
         con.execute("CREATE VIEW v AS SELECT id FROM t")
         con.execute("PRAGMA writable_schema=ON")
-        con.execute("UPDATE sqlite_schema SET sql = 'CREATE VIEW v AS SELECT id FROM t "
-                    "QUALIFY id WITHIN FUTURE' WHERE name = 'v'")
+        con.execute(
+            "UPDATE sqlite_schema SET sql = 'CREATE VIEW v AS SELECT id FROM t "
+            "QUALIFY id WITHIN FUTURE' WHERE name = 'v'"
+        )
     finally:
         con.close()
 
 
 def damage_table(path: Path, table: str) -> None:
     """Overwrite the middle of the root page of `table` (a real b-tree corruption)."""
-    con = apsw.Connection(f"file:{path}?mode=ro&immutable=1",
-                          flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    con = apsw.Connection(
+        f"file:{path}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
     try:
         con.execute("PRAGMA writable_schema=ON")  # read a schema it cannot parse, too
-        root = con.execute("SELECT rootpage FROM sqlite_schema WHERE name = ?",
-                           (table,)).fetchall()[0][0]
+        root = con.execute(
+            "SELECT rootpage FROM sqlite_schema WHERE name = ?", (table,)
+        ).fetchall()[0][0]
         page = con.execute("PRAGMA page_size").fetchall()[0][0]
     finally:
         con.close()
@@ -101,9 +105,11 @@ def damage_table(path: Path, table: str) -> None:
 
 
 def test_octet_length_check_constraint_is_ok(tmp_path: Path) -> None:
-    db = make(tmp_path / "openclaw-agent.sqlite",
-              "CREATE TABLE s(id INTEGER PRIMARY KEY, body TEXT CHECK (octet_length(body) < 1e6))",
-              "INSERT INTO s(body) VALUES ('hello')")
+    db = make(
+        tmp_path / "openclaw-agent.sqlite",
+        "CREATE TABLE s(id INTEGER PRIMARY KEY, body TEXT CHECK (octet_length(body) < 1e6))",
+        "INSERT INTO s(body) VALUES ('hello')",
+    )
     verdict = check(str(db))
     assert verdict.state == OK, verdict
     assert verdict.writer == sqlite_check.library_number()
@@ -111,9 +117,11 @@ def test_octet_length_check_constraint_is_ok(tmp_path: Path) -> None:
 
 
 def test_missing_function_is_unchecked_and_other_tables_are_checked(tmp_path: Path) -> None:
-    db = make(tmp_path / "gen.db",
-              "CREATE TABLE g(a TEXT, n INT GENERATED ALWAYS AS (myfn(a)) VIRTUAL NOT NULL)",
-              "INSERT INTO g(a) VALUES ('abc')")
+    db = make(
+        tmp_path / "gen.db",
+        "CREATE TABLE g(a TEXT, n INT GENERATED ALWAYS AS (myfn(a)) VIRTUAL NOT NULL)",
+        "INSERT INTO g(a) VALUES ('abc')",
+    )
     verdict = check(str(db))
     assert verdict.state == UNCHECKED, verdict
     assert "function myfn()" in verdict.detail and "table(s) g" in verdict.detail
@@ -126,14 +134,17 @@ def test_missing_function_is_unchecked_and_other_tables_are_checked(tmp_path: Pa
 
 
 def test_missing_collation_is_unchecked(tmp_path: Path) -> None:
-    db = make(tmp_path / "coll.db", "CREATE TABLE c(a TEXT COLLATE mycoll)",
-              "CREATE INDEX ci ON c(a)", "INSERT INTO c VALUES ('b'), ('a')")
+    db = make(
+        tmp_path / "coll.db",
+        "CREATE TABLE c(a TEXT COLLATE mycoll)",
+        "CREATE INDEX ci ON c(a)",
+        "INSERT INTO c VALUES ('b'), ('a')",
+    )
     verdict = check(str(db))
     assert verdict.state == UNCHECKED and "collation mycoll" in verdict.detail, verdict
 
 
-def test_schema_from_a_newer_sqlite_is_unchecked_from_an_older_one_corrupt(
-        tmp_path: Path) -> None:
+def test_schema_from_a_newer_sqlite_is_unchecked_from_an_older_one_corrupt(tmp_path: Path) -> None:
     db = make(tmp_path / "newer.db", wal=False)
     unparsable_view(db)
     set_writer(db, FUTURE)
@@ -158,8 +169,9 @@ def test_newer_file_format_is_unchecked(tmp_path: Path) -> None:
     assert verdict.state == UNCHECKED and "file format version 3/3" in verdict.detail
 
 
-@pytest.mark.parametrize("content", [b"garbage, not a database " * 400,
-                                     b"SQLite format 3\x00" + b"\xff" * 4000])
+@pytest.mark.parametrize(
+    "content", [b"garbage, not a database " * 400, b"SQLite format 3\x00" + b"\xff" * 4000]
+)
 def test_not_a_database_is_corrupt(tmp_path: Path, content: bytes) -> None:
     (tmp_path / "x.db").write_bytes(content)
     assert check(str(tmp_path / "x.db")).state == CORRUPT
@@ -174,8 +186,10 @@ def test_damaged_table_is_corrupt_and_empty_file_ok(tmp_path: Path) -> None:
     assert check(str(tmp_path / "empty.db")).ok
 
 
-@pytest.mark.skipif(sqlite3.sqlite_version_info >= (3, 43, 0),
-                    reason="the stdlib SQLite knows octet_length(): no older library to show")
+@pytest.mark.skipif(
+    sqlite3.sqlite_version_info >= (3, 43, 0),
+    reason="the stdlib SQLite knows octet_length(): no older library to show",
+)
 def test_stdlib_sqlite_was_fooled_by_octet_length(tmp_path: Path) -> None:
     """The premise of the issue: a read-write check with Python's own SQLite fails."""
     db = make(tmp_path / "oc.db", "CREATE TABLE s(b TEXT CHECK (octet_length(b) < 9))")
@@ -214,12 +228,16 @@ def newer_databases(live: Path) -> dict[str, Path]:
     """One database per way a newer or richer SQLite writes what this one lacks."""
     agent = live / "agents" / "main" / "agent"
     dbs = {
-        "octet": make(agent / "openclaw-agent.sqlite",
-                      "CREATE TABLE s(b TEXT CHECK (octet_length(b) < 1000000))",
-                      "INSERT INTO s(b) VALUES ('hi')"),
-        "function": make(agent / "gen.sqlite",
-                         "CREATE TABLE g(a TEXT, n INT GENERATED ALWAYS AS (myfn(a)) VIRTUAL)",
-                         "INSERT INTO g(a) VALUES ('abc')"),
+        "octet": make(
+            agent / "openclaw-agent.sqlite",
+            "CREATE TABLE s(b TEXT CHECK (octet_length(b) < 1000000))",
+            "INSERT INTO s(b) VALUES ('hi')",
+        ),
+        "function": make(
+            agent / "gen.sqlite",
+            "CREATE TABLE g(a TEXT, n INT GENERATED ALWAYS AS (myfn(a)) VIRTUAL)",
+            "INSERT INTO g(a) VALUES ('abc')",
+        ),
         "schema": make(agent / "schema.sqlite", wal=False),
     }
     unparsable_view(dbs["schema"])
@@ -228,15 +246,15 @@ def newer_databases(live: Path) -> dict[str, Path]:
 
 
 def test_newer_databases_are_snapshotted_restored_and_verified(
-        tree: Tree, cli: CliRunner, cfg: str) -> None:
+    tree: Tree, cli: CliRunner, cfg: str
+) -> None:
     dbs = newer_databases(tree.local / "oc")
     before = {k: rows_of(p) for k, p in dbs.items()}
     proc = cli("--config", cfg, "checkpoint", check=0)
     assert "sqlite.unchecked" in proc.stderr and "function myfn()" in proc.stderr
     assert "a schema this SQLite cannot parse" in proc.stderr
     published = tree.data / "state/oc/checkpoints/agents/main/agent"
-    assert sorted(os.listdir(published)) == ["gen.sqlite", "openclaw-agent.sqlite",
-                                             "schema.sqlite"]
+    assert sorted(os.listdir(published)) == ["gen.sqlite", "openclaw-agent.sqlite", "schema.sqlite"]
     out = cli("--config", cfg, "verify", "--sample", "100", check=0).stdout
     assert "verify: OK" in out and "could not check" in out and "0 problem(s)" in out
     shutil.rmtree(tree.local / "oc")
@@ -250,7 +268,8 @@ def test_newer_databases_are_snapshotted_restored_and_verified(
 
 
 def test_corrupt_database_is_refused_on_all_three_sides(
-        tree: Tree, cli: CliRunner, cfg: str) -> None:
+    tree: Tree, cli: CliRunner, cfg: str
+) -> None:
     db = make(tree.local / "oc/agents/main/agent/a.sqlite", wal=False, rows=300)
     cli("--config", cfg, "checkpoint", check=0)
     obj = tree.data / "state/oc/checkpoints/agents/main/agent/a.sqlite"

@@ -36,28 +36,38 @@ sys.stdin.readline()
 print("stopped", n, flush=True)
 """
 
-CONFIG = {"adapters": [], "adapter": [{"name": "cx", "live": "cx", "durable": "state/cx",
-                                       "sqlite": ["thread_history.sqlite"]}]}
+CONFIG = {
+    "adapters": [],
+    "adapter": [
+        {"name": "cx", "live": "cx", "durable": "state/cx", "sqlite": ["thread_history.sqlite"]}
+    ],
+}
 
 
 @pytest.fixture
 def pair_writer(tree: Tree) -> Iterator[Child]:
     live = tree.local / "cx"
     live.mkdir()
-    child = Child(PAIR_WRITER, str(live / "rollout.jsonl"), str(live / "thread_history.sqlite"),
-                  ready="writing")
+    child = Child(
+        PAIR_WRITER,
+        str(live / "rollout.jsonl"),
+        str(live / "thread_history.sqlite"),
+        ready="writing",
+    )
     yield child
     child.stop()
 
 
 def recorded_length(tree: Tree) -> int:
-    rows = query_snapshot(tree.data / "state/cx/checkpoints/thread_history.sqlite", tree.base,
-                          "SELECT len FROM pos")
+    rows = query_snapshot(
+        tree.data / "state/cx/checkpoints/thread_history.sqlite", tree.base, "SELECT len FROM pos"
+    )
     return int(str(rows[0][0]))
 
 
 def test_database_snapshot_is_never_ahead_of_the_log_it_indexes(
-        tree: Tree, engine: EngineFactory, pair_writer: Child) -> None:
+    tree: Tree, engine: EngineFactory, pair_writer: Child
+) -> None:
     eng = engine(CONFIG)
     seen = []
     for _ in range(10):

@@ -27,8 +27,10 @@ from tests.conftest import EngineFactory, Tree
 from tests.memstore import MemoryBucket
 
 T = 1_700_000_000 * 10**9
-RAW: dict[str, Any] = {"adapters": [], "adapter": [
-    {"name": "x", "live": "x", "durable": "state/x", "segments": ["logs/*.jsonl"]}]}
+RAW: dict[str, Any] = {
+    "adapters": [],
+    "adapter": [{"name": "x", "live": "x", "durable": "state/x", "segments": ["logs/*.jsonl"]}],
+}
 
 
 @pytest.fixture(params=["posix", "memory", "s3"])
@@ -79,7 +81,12 @@ def test_reads_and_listings_are_plain_values(store: Store) -> None:
     info = store.head("d/e/f.bin")
     assert info is not None
     assert (info.key, info.size, info.mtime_ns, info.mode, info.kind) == (
-        "d/e/f.bin", 10, T + 5, 0o640, "file")
+        "d/e/f.bin",
+        10,
+        T + 5,
+        0o640,
+        "file",
+    )
     assert store.read_range("d/e/f.bin", 3, 4) == bytes([3, 4, 5, 6])
     with store.open("d/e/f.bin") as obj:
         assert obj.info.size == 10
@@ -94,7 +101,8 @@ def test_reads_and_listings_are_plain_values(store: Store) -> None:
     assert store.names("nowhere") == []
     assert sorted(i.key for i in store.list()) == ["d/e/f.bin", "d/g.bin"]  # no .syncengine/
     assert [i.key for i in store.list(".syncengine/segments")] == [
-        ".syncengine/segments/x.d/c/1.seg"]
+        ".syncengine/segments/x.d/c/1.seg"
+    ]
     with store.batch():
         assert store.read_bytes("d/g.bin") == b"g"
     assert store.delete("d/g.bin") and not store.delete("d/g.bin")
@@ -111,16 +119,18 @@ def test_the_first_write_runs_the_preparation_once(store: Store) -> None:
     assert store.confirm()
 
 
-def test_an_s3_key_the_store_cannot_hold_is_that_path_s_error(tmp_path: Path,
-                                                                request: pytest.FixtureRequest
-                                                                ) -> None:
+def test_an_s3_key_the_store_cannot_hold_is_that_path_s_error(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """A name with a control character: refused for that path (the run goes on)."""
     from syncengine.durable.s3.store import S3Store
 
     server = request.getfixturevalue("s3_server")
     store = S3Store(server.location(server.bucket(), "p"))
-    with pytest.raises(CommitRefused, match="control character"), \
-            store.writer("odd\rname", mode=0o644) as out:
+    with (
+        pytest.raises(CommitRefused, match="control character"),
+        store.writer("odd\rname", mode=0o644) as out,
+    ):
         out.write(b"x")
     _put(store, "fine name #1 ü.txt", b"y")
     assert [i.key for i in store.list()] == ["fine name #1 ü.txt"]
@@ -204,15 +214,24 @@ def test_verify_names_a_missing_and_a_changed_object(tree: Tree, engine: EngineF
 
 
 def _manifest(store: Store, rows: list[dict[str, object]]) -> None:
-    lines = [json.dumps({"syncengine_manifest": 1, "adapter": "x", "seq": 1, "type": "base",
-                         "created_ns": 1}), *map(json.dumps, rows), json.dumps({"end": len(rows)})]
-    store.put_bytes(".syncengine/manifest/000000000001.base.jsonl",
-                    ("\n".join(lines) + "\n").encode(), if_absent=True)
+    lines = [
+        json.dumps(
+            {"syncengine_manifest": 1, "adapter": "x", "seq": 1, "type": "base", "created_ns": 1}
+        ),
+        *map(json.dumps, rows),
+        json.dumps({"end": len(rows)}),
+    ]
+    store.put_bytes(
+        ".syncengine/manifest/000000000001.base.jsonl",
+        ("\n".join(lines) + "\n").encode(),
+        if_absent=True,
+    )
 
 
 @pytest.mark.memory
-def test_restore_from_a_hostile_manifest_stays_in_the_live_tree(tree: Tree, engine: EngineFactory
-                                                               ) -> None:
+def test_restore_from_a_hostile_manifest_stays_in_the_live_tree(
+    tree: Tree, engine: EngineFactory
+) -> None:
     """Whatever names the durable side holds, restore writes only below the live root, and
     a missing object fails that path only."""
     outside = tree.base / "outside"
@@ -221,14 +240,18 @@ def test_restore_from_a_hostile_manifest_stays_in_the_live_tree(tree: Tree, engi
     _put(durable, "sub/ok.json", b"ok")
     _put(durable, "payload", b"evil")
     file: dict[str, object] = {"kind": "file", "size": 4, "mtime_ns": 1, "mode": 0o644}
-    _manifest(durable, [
-        {**file, "path": "../escape", "object": "payload"},
-        {**file, "path": "/abs/escape", "object": "payload"},
-        {"path": "link", "kind": "symlink", "mtime_ns": 1, "target": str(outside)},
-        {**file, "path": "link/escape", "object": "payload"},
-        {**file, "path": "steal", "object": "../../../../etc/passwd"},
-        {**file, "path": "gone.json"},
-        {**file, "path": "sub/ok.json", "size": 2}])
+    _manifest(
+        durable,
+        [
+            {**file, "path": "../escape", "object": "payload"},
+            {**file, "path": "/abs/escape", "object": "payload"},
+            {"path": "link", "kind": "symlink", "mtime_ns": 1, "target": str(outside)},
+            {**file, "path": "link/escape", "object": "payload"},
+            {**file, "path": "steal", "object": "../../../../etc/passwd"},
+            {**file, "path": "gone.json"},
+            {**file, "path": "sub/ok.json", "size": 2},
+        ],
+    )
     report = engine(RAW).restore()
     failed = {e.path: e.reason for e in report.errors}
     assert set(failed) == {"../escape", "/abs/escape", "link/escape", "steal", "gone.json"}

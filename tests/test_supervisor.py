@@ -66,8 +66,7 @@ class Lines:
                     return i
                 i += 1
             if not self._fill(deadline):
-                raise AssertionError(f"line not seen in {timeout}s; got:\n" +
-                                     "\n".join(self.lines))
+                raise AssertionError(f"line not seen in {timeout}s; got:\n" + "\n".join(self.lines))
 
     def rest(self, timeout: float = 30) -> list[str]:
         deadline = time.monotonic() + timeout
@@ -79,21 +78,47 @@ class Lines:
         return self.lines
 
 
-def run_cmd(tree: Tree, child: str, *run_args: str, new_session: bool = False,
-            prefix: tuple[str, ...] = (), log_json: bool = False, config: str = CONFIG
-            ) -> subprocess.Popen[bytes]:
+def run_cmd(
+    tree: Tree,
+    child: str,
+    *run_args: str,
+    new_session: bool = False,
+    prefix: tuple[str, ...] = (),
+    log_json: bool = False,
+    config: str = CONFIG,
+) -> subprocess.Popen[bytes]:
     cfg = tree.base / "cfg.toml"
     cfg.write_text(config)
     (tree.local / "x").mkdir(exist_ok=True)
-    argv = [*prefix, sys.executable, "-m", "syncengine", "--config", str(cfg), "-v",
-            *(["--log-json"] if log_json else []), "run",
-            *run_args, "--", sys.executable, "-c", textwrap.dedent(child)]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=tree.env(), cwd=tree.base, start_new_session=new_session)
+    argv = [
+        *prefix,
+        sys.executable,
+        "-m",
+        "syncengine",
+        "--config",
+        str(cfg),
+        "-v",
+        *(["--log-json"] if log_json else []),
+        "run",
+        *run_args,
+        "--",
+        sys.executable,
+        "-c",
+        textwrap.dedent(child),
+    ]
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=tree.env(),
+        cwd=tree.base,
+        start_new_session=new_session,
+    )
 
 
-def finish(proc: subprocess.Popen[bytes], reader: Lines | None = None, timeout: float = 60
-           ) -> tuple[int, list[str]]:
+def finish(
+    proc: subprocess.Popen[bytes], reader: Lines | None = None, timeout: float = 60
+) -> tuple[int, list[str]]:
     assert proc.stderr is not None and proc.stdout is not None
     err = (reader or Lines(proc.stderr)).rest(timeout)
     rc = proc.wait(timeout)
@@ -151,8 +176,7 @@ def test_child_exit_status_and_final_checkpoint(tree: Tree) -> None:
     assert (tree.data / "state/x/out.txt").read_text() == "written just before exit\n"
 
 
-def test_stubborn_child_is_killed_after_stop_timeout_and_checkpointed_again(tree: Tree
-                                                                            ) -> None:
+def test_stubborn_child_is_killed_after_stop_timeout_and_checkpointed_again(tree: Tree) -> None:
     child = """\
     import os, signal, time
     p = os.path.join(os.environ["AM_LOCAL"], "x", "late.txt")
@@ -179,12 +203,12 @@ def test_incomplete_restore_refuses_to_start_the_child(tree: Tree) -> None:
     mdir = tree.data / "state/x/.syncengine/manifest"
     mdir.mkdir(parents=True)
     (tree.data / "state/x/ok.txt").write_text("ok")
-    header = {"syncengine_manifest": 1, "adapter": "x", "seq": 1, "type": "base",
-              "created_ns": 1}
+    header = {"syncengine_manifest": 1, "adapter": "x", "seq": 1, "type": "base", "created_ns": 1}
     good = {"path": "ok.txt", "kind": "file", "mtime_ns": 1, "size": 2, "mode": 420}
     bad = {"path": "../escape.txt", "kind": "file", "mtime_ns": 1, "size": 2, "mode": 420}
     (mdir / "000000000001.base.jsonl").write_text(
-        "".join(json.dumps(x) + "\n" for x in (header, good, bad, {"end": 2})))
+        "".join(json.dumps(x) + "\n" for x in (header, good, bad, {"end": 2}))
+    )
     marker = tree.base / "child-started"
     child = f"open({str(marker)!r}, 'w').close()"
     rc, err = finish(run_cmd(tree, child))
@@ -207,9 +231,25 @@ def test_final_checkpoint_incomplete_exits_75_when_the_child_succeeded(tree: Tre
 
     def run(code: int) -> tuple[int, str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "syncengine", "--config", str(cfg), "run", "--interval", "30",
-             "--", sys.executable, "-c", f"raise SystemExit({code})"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=tree.env(), cwd=tree.base)
+            [
+                sys.executable,
+                "-m",
+                "syncengine",
+                "--config",
+                str(cfg),
+                "run",
+                "--interval",
+                "30",
+                "--",
+                sys.executable,
+                "-c",
+                f"raise SystemExit({code})",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=tree.env(),
+            cwd=tree.base,
+        )
         rc, err = finish(proc)
         return rc, "\n".join(err)
 
@@ -220,9 +260,14 @@ def test_final_checkpoint_incomplete_exits_75_when_the_child_succeeded(tree: Tre
         assert "cache.db" in err and "locked" in err and "run.exit status=75" in err
         daemon = json.loads((tree.state / "daemon.json").read_text())
         assert daemon["final_ok"] is False
-        status = subprocess.run([sys.executable, "-m", "syncengine", "--config", str(cfg),
-                                 "status"], capture_output=True, text=True, env=tree.env(),
-                                cwd=tree.base, timeout=60)
+        status = subprocess.run(
+            [sys.executable, "-m", "syncengine", "--config", str(cfg), "status"],
+            capture_output=True,
+            text=True,
+            env=tree.env(),
+            cwd=tree.base,
+            timeout=60,
+        )
         assert "FINAL CHECKPOINT INCOMPLETE" in status.stdout, status.stdout
         rc, err = run(3)  # a failing child's own status wins
         assert rc == 3, err
@@ -250,7 +295,8 @@ with open(p, "a") as f:
 
 @pytest.mark.parametrize("watch", [True, False], ids=["events", "scanning"])
 def test_sigkill_of_the_group_loses_only_what_the_last_pass_could_not_see(
-        tree: Tree, watch: bool) -> None:
+    tree: Tree, watch: bool
+) -> None:
     """Killed with its whole group, `run` has kept every line written before the last
     completed pass that copied the log started: the loss window is that pass, however
     long a loaded machine makes it (no bound in seconds)."""
@@ -281,8 +327,7 @@ def test_timer_checkpoint_running_at_shutdown_is_waited_for(tree: Tree) -> None:
     config = CONFIG.replace("adapters = []", "adapters = []\nsqlite_busy_timeout = 120")
     config += 'sqlite = ["app.db"]\n'
     # scanning: the first pass that starts after the rename below walks into the database
-    proc = run_cmd(tree, child, "--interval", "0.2", "--no-watch", log_json=True,
-                   config=config)
+    proc = run_cmd(tree, child, "--interval", "0.2", "--no-watch", log_json=True, config=config)
     assert proc.stderr is not None and proc.stdout is not None
     Lines(proc.stdout).wait_for(lambda line: line == "ready")
     err = Lines(proc.stderr)
@@ -295,8 +340,9 @@ def test_timer_checkpoint_running_at_shutdown_is_waited_for(tree: Tree) -> None:
         con.execute("INSERT INTO t VALUES ('x')")
         staged.rename(tree.local / "x/app.db")
         written = time.time()
-        start = err.wait_for(lambda line: "pass-start kind=timer" in line
-                             and json.loads(line)["ts"] > written)
+        start = err.wait_for(
+            lambda line: "pass-start kind=timer" in line and json.loads(line)["ts"] > written
+        )
         proc.send_signal(signal.SIGTERM)
         err.wait_for(lambda line: "run.signal" in line, start=start)
         con.execute("COMMIT")
@@ -319,8 +365,10 @@ def test_timer_checkpoint_running_at_shutdown_is_waited_for(tree: Tree) -> None:
     assert (tree.backing / "state/x/checkpoints/app.db").exists()
 
 
-@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0,
-                    reason="needs unshare and root for a PID namespace")
+@pytest.mark.skipif(
+    shutil.which("unshare") is None or os.geteuid() != 0,
+    reason="needs unshare and root for a PID namespace",
+)
 def test_reaps_orphans_as_pid_1(tree: Tree) -> None:
     child = """\
     import os, sys, time

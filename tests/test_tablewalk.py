@@ -33,11 +33,15 @@ from syncengine.walk.scan import scan
 from tests.conftest import EngineFactory, Tree
 from tests.helpers import dir_modes, files
 
-pytestmark = pytest.mark.dir_only("the directory table is local state; the durable side is "
-                                  "exercised by every other checkpoint test")
+pytestmark = pytest.mark.dir_only(
+    "the directory table is local state; the durable side is "
+    "exercised by every other checkpoint test"
+)
 
-RAW = {"adapters": [], "adapter": [
-    {"name": "t", "live": "t", "durable": "state/t", "exclude": ["*.tmp", "cache/"]}]}
+RAW = {
+    "adapters": [],
+    "adapter": [{"name": "t", "live": "t", "durable": "state/t", "exclude": ["*.tmp", "cache/"]}],
+}
 AHEAD_NS = 10 * 10**9
 
 
@@ -99,8 +103,7 @@ def _seed(tree: Tree) -> None:
     (live / "empty").mkdir()
 
 
-def test_an_idle_pass_lists_no_directory(tree: Tree, ahead: Engine, listings: list[Any]
-                                         ) -> None:
+def test_an_idle_pass_lists_no_directory(tree: Tree, ahead: Engine, listings: list[Any]) -> None:
     _seed(tree)
     ahead.checkpoint()  # first pass: lists everything and builds the table
     assert tablewalk.table_path(tree.state / "index" / "t.idx").exists()
@@ -118,8 +121,9 @@ def test_an_idle_pass_lists_no_directory(tree: Tree, ahead: Engine, listings: li
     assert _durable(tree) == _expected(tree)
 
 
-def test_a_directory_replaced_by_a_symlink_is_never_followed(tree: Tree, ahead: Engine,
-                                                             tmp_path: Path) -> None:
+def test_a_directory_replaced_by_a_symlink_is_never_followed(
+    tree: Tree, ahead: Engine, tmp_path: Path
+) -> None:
     _seed(tree)
     ahead.checkpoint()
     outside = tmp_path / "outside"
@@ -152,8 +156,7 @@ def test_changed_exclusions_make_the_table_stale(tree: Tree, engine: EngineFacto
     assert "e/new.jsonl" not in _durable(tree)
 
 
-def test_a_torn_or_foreign_table_is_ignored(tree: Tree, ahead: Engine, listings: list[Any]
-                                            ) -> None:
+def test_a_torn_or_foreign_table_is_ignored(tree: Tree, ahead: Engine, listings: list[Any]) -> None:
     _seed(tree)
     ahead.checkpoint()
     idx = tree.state / "index" / "t.idx"
@@ -187,10 +190,17 @@ def _both(eng: Engine) -> tuple[ScanResult, ScanResult, Any]:
 
 
 def _decisions(state: Any, result: ScanResult) -> tuple[Any, ...]:
-    missing = (find_missing(state, result) if result.gone is None
-               else missing_among(state, result.gone))
-    return (sorted(s.path for s in result.changed), sorted(missing), sorted(result.specials),
-            sorted(result.errors), sorted(result.dirs), sorted(missing_dirs(state, result)))
+    missing = (
+        find_missing(state, result) if result.gone is None else missing_among(state, result.gone)
+    )
+    return (
+        sorted(s.path for s in result.changed),
+        sorted(missing),
+        sorted(result.specials),
+        sorted(result.errors),
+        sorted(result.dirs),
+        sorted(missing_dirs(state, result)),
+    )
 
 
 def _live_dirs(tree: Tree) -> dict[str, int]:
@@ -209,12 +219,31 @@ def _recorded_dirs(tree: Tree) -> dict[str, int]:
 
 def _mutate(rng: random.Random, root: Path, outside: Path, step: str, decide_only: bool) -> str:
     dirs = [Path(d) for d, _, _ in os.walk(root)]
-    regular = [Path(d) / n for d, _, names in os.walk(root) for n in names
-               if (Path(d) / n).is_file() and not (Path(d) / n).is_symlink()]
+    regular = [
+        Path(d) / n
+        for d, _, names in os.walk(root)
+        for n in names
+        if (Path(d) / n).is_file() and not (Path(d) / n).is_symlink()
+    ]
     d = rng.choice(dirs)
-    ops = ["new", "nested", "append", "delete", "rename", "rmdir", "mkdir", "dir-to-link",
-           "fifo", "excluded", "chmod", "touch", "file-to-link", "mvdir", "chmod-dir",
-           "rmdir-empty"]
+    ops = [
+        "new",
+        "nested",
+        "append",
+        "delete",
+        "rename",
+        "rmdir",
+        "mkdir",
+        "dir-to-link",
+        "fifo",
+        "excluded",
+        "chmod",
+        "touch",
+        "file-to-link",
+        "mvdir",
+        "chmod-dir",
+        "rmdir-empty",
+    ]
     op = rng.choice([*ops, "file-to-dir"] if decide_only else ops)
     if op == "new":
         _write(d / f"n{step}.jsonl", f"new {step}\n")
@@ -261,13 +290,17 @@ def _mutate(rng: random.Random, root: Path, outside: Path, step: str, decide_onl
 
 def _difference(got: tuple[Any, ...], want: tuple[Any, ...]) -> str:
     parts = ("changed", "missing", "specials", "errors", "dirs", "missing dirs")
-    return "; ".join(f"{name}: with the table only {sorted(set(a) - set(b))}, "
-                     f"without only {sorted(set(b) - set(a))}"
-                     for name, a, b in zip(parts, got, want, strict=True) if a != b)
+    return "; ".join(
+        f"{name}: with the table only {sorted(set(a) - set(b))}, "
+        f"without only {sorted(set(b) - set(a))}"
+        for name, a, b in zip(parts, got, want, strict=True)
+        if a != b
+    )
 
 
 def test_a_directory_recorded_by_a_hinted_pass_is_looked_at_by_the_next_walk(
-        tree: Tree, ahead: Engine) -> None:
+    tree: Tree, ahead: Engine
+) -> None:
     """A watcher-driven pass that records a new directory adds no path to the index, but
     the table does not know that directory: it must not be trusted afterwards, or the
     directory's removal before the next walk would go unseen."""
@@ -283,8 +316,9 @@ def test_a_directory_recorded_by_a_hinted_pass_is_looked_at_by_the_next_walk(
     assert missing_dirs(state, fast) == ["new"]
 
 
-def test_recently_changed_directories_are_listed_again(tree: Tree, engine: EngineFactory,
-                                                        listings: list[Any]) -> None:
+def test_recently_changed_directories_are_listed_again(
+    tree: Tree, engine: EngineFactory, listings: list[Any]
+) -> None:
     """Within the timestamp granularity of the pass start a directory's signature is
     not trusted: a change in the same clock tick as the walk is never missed."""
     _seed(tree)
@@ -296,8 +330,9 @@ def test_recently_changed_directories_are_listed_again(tree: Tree, engine: Engin
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4] if not os.environ.get("FISH") else range(4, 80))
-def test_random_changes_are_decided_as_a_full_listing_would(tree: Tree, ahead: Engine,
-                                                            tmp_path: Path, seed: int) -> None:
+def test_random_changes_are_decided_as_a_full_listing_would(
+    tree: Tree, ahead: Engine, tmp_path: Path, seed: int
+) -> None:
     """Each step: the same decisions with and without the table, then a checkpoint
     after which every live file is durable.  (A file replaced by a directory of
     the same name cannot be published over its durable copy, which is kept: a
@@ -315,8 +350,10 @@ def test_random_changes_are_decided_as_a_full_listing_would(tree: Tree, ahead: E
     used = []
     unlisted = total = 0  # directories the table spared a listing: what makes this count
     for step in range(30):
-        used += [_mutate(rng, _live(tree), outside, f"{step}-{i}", decide_only)
-                 for i in range(rng.randint(1, 4))]
+        used += [
+            _mutate(rng, _live(tree), outside, f"{step}-{i}", decide_only)
+            for i in range(rng.randint(1, 4))
+        ]
         hinted = rng.random() < 0.3
         if hinted:  # a watcher-driven pass in between (the daemon's way)
             live = sorted(_expected(tree)) + sorted(_live_dirs(tree))
@@ -359,9 +396,13 @@ def test_checkpoints_killed_at_random_points_lose_nothing(tree: Tree, cli: Any) 
         # Not a synchronisation: directories changed within 2 s of a pass are always
         # listed again, so the table is trusted for these only once they are older.
         time.sleep(2.1)
-        proc = subprocess.Popen([sys.executable, "-m", "syncengine", "-q", "checkpoint"],
-                                env=tree.env(), cwd=tree.base, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "syncengine", "-q", "checkpoint"],
+            env=tree.env(),
+            cwd=tree.base,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             proc.wait(timeout=rng.uniform(0.05, 0.5))  # the kill point: random
         except subprocess.TimeoutExpired:

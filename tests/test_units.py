@@ -16,33 +16,45 @@ from syncengine.plan import Fetch, KeepLocal, LocalState, MakeDir, plan_restore_
 from syncengine.walk import forked
 
 
-@pytest.mark.parametrize(("path", "is_dir", "excluded"), [
-    ("x.sqlite", False, True),
-    ("deep/y.sqlite-wal", False, True),
-    ("cache", True, True),
-    ("a/cache", True, True),
-    ("a/cache.json", False, False),
-    ("p.lock", True, True),
-    ("p.lock", False, False),
-    ("top.txt", False, True),
-    ("s/top.txt", False, False),
-    ("a/b.json", False, True),
-    ("a/x/y/b.json", False, True),
-])
+@pytest.mark.parametrize(
+    ("path", "is_dir", "excluded"),
+    [
+        ("x.sqlite", False, True),
+        ("deep/y.sqlite-wal", False, True),
+        ("cache", True, True),
+        ("a/cache", True, True),
+        ("a/cache.json", False, False),
+        ("p.lock", True, True),
+        ("p.lock", False, False),
+        ("top.txt", False, True),
+        ("s/top.txt", False, False),
+        ("a/b.json", False, True),
+        ("a/x/y/b.json", False, True),
+    ],
+)
 def test_gitignore_style_patterns(path: str, is_dir: bool, excluded: bool) -> None:
     m = compile_patterns(["*.sqlite*", "cache", "*.lock/", "/top.txt", "a/**/b.json"])
     assert m.excluded(path, is_dir) is excluded
 
 
-paths = st.lists(st.text(st.characters(blacklist_characters="/\0", min_codepoint=32),
-                         min_size=1, max_size=12).filter(lambda s: s not in (".", "..")),
-                 min_size=1, max_size=4).map("/".join)
+paths = st.lists(
+    st.text(
+        st.characters(blacklist_characters="/\0", min_codepoint=32), min_size=1, max_size=12
+    ).filter(lambda s: s not in (".", "..")),
+    min_size=1,
+    max_size=4,
+).map("/".join)
 ints = st.integers(min_value=0, max_value=2**62)
 
 
 @settings(max_examples=200)
-@given(st.dictionaries(paths, st.tuples(ints, ints, ints, st.integers(0, 2**64 - 1),
-                                        st.integers(0, 0o7777)), max_size=30))
+@given(
+    st.dictionaries(
+        paths,
+        st.tuples(ints, ints, ints, st.integers(0, 2**64 - 1), st.integers(0, 0o7777)),
+        max_size=30,
+    )
+)
 def test_index_round_trip(records: dict[str, tuple[int, int, int, int, int]]) -> None:
     idx = Index()
     for p, (size, mtime, ctime, h, mode) in records.items():
@@ -54,7 +66,12 @@ def test_index_round_trip(records: dict[str, tuple[int, int, int, int, int]]) ->
         rec = back.get(p)
         assert rec is not None
         assert (rec.size, rec.mtime_ns, rec.ctime_ns, rec.hash64, rec.mode) == (
-            size, mtime, ctime, h, mode)
+            size,
+            mtime,
+            ctime,
+            h,
+            mode,
+        )
         assert back.unchanged(p, size, mtime, ctime)
         back.mark_dirty(p)
         assert not back.unchanged(p, size, mtime, ctime)
@@ -62,9 +79,16 @@ def test_index_round_trip(records: dict[str, tuple[int, int, int, int, int]]) ->
 
 
 @settings(max_examples=200)
-@given(st.lists(st.tuples(st.sampled_from(["dir", "absent", "file", "forget"]),
-                          st.sampled_from(["a", "a/b", "c", "c/d/e", "bad\udcff name"]),
-                          st.integers(0, 0o7777)), max_size=40))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["dir", "absent", "file", "forget"]),
+            st.sampled_from(["a", "a/b", "c", "c/d/e", "bad\udcff name"]),
+            st.integers(0, 0o7777),
+        ),
+        max_size=40,
+    )
+)
 def test_index_directory_records_round_trip(steps: list[tuple[str, str, int]]) -> None:
     """Directory records survive a save, count their absences, and never share a path
     with a file's record (a file recorded at a directory's path replaces it)."""
@@ -88,13 +112,18 @@ def test_index_directory_records_round_trip(steps: list[tuple[str, str, int]]) -
 
 
 @given(st.integers(0, 0o7777), st.integers(0, 0o7777), st.integers(0, 10**12))
-def test_an_existing_local_directory_keeps_its_mode(local_mode: int, durable_mode: int,
-                                                    mtime: int) -> None:
+def test_an_existing_local_directory_keeps_its_mode(
+    local_mode: int, durable_mode: int, mtime: int
+) -> None:
     """Invariant 5 for directories: nothing tells which mode is newer, so an existing
     directory is never changed; only a missing one is made."""
     entry = Entry("d", "dir", mode=durable_mode)
-    kept = plan_restore_entry(entry, LocalState("dir", 4096, mtime, local_mode), unsafe=None,
-                              known_kinds=frozenset({"dir"}))
+    kept = plan_restore_entry(
+        entry,
+        LocalState("dir", 4096, mtime, local_mode),
+        unsafe=None,
+        known_kinds=frozenset({"dir"}),
+    )
     assert isinstance(kept, KeepLocal)
     made = plan_restore_entry(entry, None, unsafe=None, known_kinds=frozenset({"dir"}))
     assert isinstance(made, MakeDir) and made.deferred == (durable_mode & 0o700 != 0o700)
@@ -109,11 +138,12 @@ def test_corrupt_index_is_treated_as_missing(tmp_path: object) -> None:
 
 
 def test_manifest_round_trip_and_truncation_detected() -> None:
-    entries = [Entry("a", "file", 3, 5, 0o600, 0xABC),
-               Entry("l", "symlink", mtime_ns=9, target="/etc/passwd"),
-               Entry("db", "sqlite", 10, 11, 0o644, 1, object="checkpoints/db",
-                     extra={"wal": [1, 2]}),
-               Entry("empty/dir", "dir", mode=0o700)]
+    entries = [
+        Entry("a", "file", 3, 5, 0o600, 0xABC),
+        Entry("l", "symlink", mtime_ns=9, target="/etc/passwd"),
+        Entry("db", "sqlite", 10, 11, 0o644, 1, object="checkpoints/db", extra={"wal": [1, 2]}),
+        Entry("empty/dir", "dir", mode=0o700),
+    ]
     data = encode("codex", 1, "base", entries, created_ns=1)
     header, back = decode(data)
     assert header["seq"] == 1 and back == entries
@@ -122,12 +152,15 @@ def test_manifest_round_trip_and_truncation_detected() -> None:
         decode(data[: len(data) // 2].rsplit(b"\n", 1)[0] + b"\n")
 
 
-@given(st.integers(0, 10**12), st.integers(0, 10**12), st.integers(0, 100),
-       st.integers(0, 100))
-def test_newer_local_file_is_never_overwritten(local_mtime: int, durable_mtime: int,
-                                               local_size: int, durable_size: int) -> None:
-    action = plan_restore_entry(Entry("p", "file", durable_size, durable_mtime),
-                                LocalState("file", local_size, local_mtime), unsafe=None)
+@given(st.integers(0, 10**12), st.integers(0, 10**12), st.integers(0, 100), st.integers(0, 100))
+def test_newer_local_file_is_never_overwritten(
+    local_mtime: int, durable_mtime: int, local_size: int, durable_size: int
+) -> None:
+    action = plan_restore_entry(
+        Entry("p", "file", durable_size, durable_mtime),
+        LocalState("file", local_size, local_mtime),
+        unsafe=None,
+    )
     if local_mtime >= durable_mtime:
         assert isinstance(action, KeepLocal)
     else:
@@ -141,7 +174,8 @@ def test_unsafe_relative_paths_are_refused(bad: str) -> None:
 
 
 def test_scan_split_follows_the_index_so_one_deep_subtree_cannot_starve_a_worker(
-        tmp_path: object) -> None:
+    tmp_path: object,
+) -> None:
     """The frontier is split where the index says the files are, then bin-packed."""
     from pathlib import Path
 

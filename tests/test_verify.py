@@ -49,9 +49,14 @@ def _add_sqlite_entry(store: Store, name: str, data: bytes) -> None:
     """A manifest delta with a hand-written entry of kind "sqlite" (issue 3's format)."""
     store.put_bytes(f"checkpoints/{name}", data, if_absent=True)
     last = manifest.load(store).last_seq
-    manifest.write(store, "x", last + 1, "delta",
-                   [Entry(name, "sqlite", len(data), OLD, 0o600, object=f"checkpoints/{name}")],
-                   created_ns=OLD)
+    manifest.write(
+        store,
+        "x",
+        last + 1,
+        "delta",
+        [Entry(name, "sqlite", len(data), OLD, 0o600, object=f"checkpoints/{name}")],
+        created_ns=OLD,
+    )
 
 
 def _damage(path: Path, change: Callable[[bytes], bytes]) -> None:
@@ -87,7 +92,7 @@ def test_each_problem_is_named(tree: Tree, cli: CliRunner) -> None:
     _damage(durable / "f3.txt", lambda data: data.replace(b"3", b"9"))  # same size, corrupt
     (durable / "stray.txt").write_text("no entry\n")  # unlisted
     good = bytearray(_good_db(tree.base / "good.db"))
-    good[4096 + 200: 4096 + 400] = b"\xff" * 200  # damage a table page
+    good[4096 + 200 : 4096 + 400] = b"\xff" * 200  # damage a table page
     _add_sqlite_entry(store, "bad.db", bytes(good))
     seg = next((durable / ".syncengine/segments/logs/a.jsonl.d").rglob("*.seg"))
     seg.write_bytes(seg.read_bytes()[:-3])
@@ -106,8 +111,9 @@ def test_each_problem_is_named(tree: Tree, cli: CliRunner) -> None:
     assert "segment" in line("logs/a.jsonl") and "truncated" in line("logs/a.jsonl")
     assert "unlisted x: stray.txt" in out.stdout
     assert "verify: PROBLEMS FOUND" in out.stdout
-    js = json.loads(cli("--config", str(conf), "verify", "--sample", "100", "--json",
-                        check=1).stdout)
+    js = json.loads(
+        cli("--config", str(conf), "verify", "--sample", "100", "--json", check=1).stdout
+    )
     problems = {p["path"] for p in js["adapters"][0]["problems"]}
     assert problems == {"f1.txt", "f2.txt", "f3.txt", "bad.db", "logs/a.jsonl"}
     assert js["adapters"][0]["unlisted"] == ["stray.txt"]
@@ -124,8 +130,14 @@ def test_unlisted_files_fail_only_with_strict(tree: Tree, cli: CliRunner) -> Non
 def test_resumes_where_it_stopped(tree: Tree, cli: CliRunner, engine: EngineFactory) -> None:
     _setup(tree, cli)
     (tree.backing / "state/x/f5.txt").unlink()
-    eng = engine({"adapters": [], "adapter": [{"name": "x", "live": "x", "durable": "state/x",
-                                               "segments": ["logs/*.jsonl"]}]})
+    eng = engine(
+        {
+            "adapters": [],
+            "adapter": [
+                {"name": "x", "live": "x", "durable": "state/x", "segments": ["logs/*.jsonl"]}
+            ],
+        }
+    )
     first = eng.verify(sample=100, limit=3)
     a = first.adapters[0]
     assert not a.complete and a.checked == 3 and not a.problems
@@ -151,15 +163,18 @@ def test_sampling_is_deterministic_per_manifest_seq() -> None:
     assert all(sampled(p, 7, 100) for p in paths)
 
 
-def test_unreadable_manifest_object_and_invalid_entry_fail_verify(tree: Tree, cli: CliRunner
-                                                                  ) -> None:
+def test_unreadable_manifest_object_and_invalid_entry_fail_verify(
+    tree: Tree, cli: CliRunner
+) -> None:
     """verify fails wherever restore would be incomplete (before: skipped with a note)."""
     conf = _setup(tree, cli)
     mdir = tree.backing / "state/x/.syncengine/manifest"
     bad = {"path": "f0.txt", "kind": "file", "size": -5, "mtime_ns": OLD, "mode": 0o644}
     (mdir / "000000000002.delta.jsonl").write_text(
-        '{"syncengine_manifest": 1, "seq": 2, "type": "delta"}\n' + json.dumps(bad)
-        + '\n{"end": 1}\n')
+        '{"syncengine_manifest": 1, "seq": 2, "type": "delta"}\n'
+        + json.dumps(bad)
+        + '\n{"end": 1}\n'
+    )
     (mdir / "000000000003.delta.jsonl").write_bytes(b"\x00garbage")
     out = cli("--config", str(conf), "verify", "--sample", "100", check=1)
     assert "PROBLEM x: f0.txt: malformed manifest entry (size -5 is out of range)" in out.stdout
@@ -179,7 +194,8 @@ KILL_BUDGET_S = 90.0
 
 @pytest.mark.slow
 def test_verify_strict_after_killed_checkpoints_reports_only_real_corruption(
-        tree: Tree, cli: CliRunner, engine: EngineFactory) -> None:
+    tree: Tree, cli: CliRunner, engine: EngineFactory
+) -> None:
     """Before: "content hash differs (corrupt)" for newer complete versions that a killed
     checkpoint renamed into place (18 of 24 runs).  Real `syncengine checkpoint` children,
     SIGKILLed at varied points; after each, `verify --strict` finds no problem; a restore
@@ -206,9 +222,12 @@ def test_verify_strict_after_killed_checkpoints_reports_only_real_corruption(
         for name in rng.sample(sorted(sizes), 4):
             rewrite(name)
         start = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "syncengine", "--config", str(conf),
-                                 "-q", "checkpoint"], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "syncengine", "--config", str(conf), "-q", "checkpoint"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         while proc.poll() is None and not marker.exists():  # the pass is about to publish
             time.sleep(0.002)
         time.sleep(rng.uniform(0, min(0.3, time.monotonic() - start)))
@@ -221,8 +240,12 @@ def test_verify_strict_after_killed_checkpoints_reports_only_real_corruption(
     print(f"\n{kills} kills, {interrupted} interrupted a pass")
     assert interrupted >= 1, "no kill landed inside a pass"
     fresh = tree.base / "fresh"
-    raw = {"local_root": str(fresh), "state_dir": str(fresh / ".state"), "adapters": [],
-           "adapter": [{"name": "k", "live": "k", "durable": "state/k"}]}
+    raw = {
+        "local_root": str(fresh),
+        "state_dir": str(fresh / ".state"),
+        "adapters": [],
+        "adapter": [{"name": "k", "live": "k", "durable": "state/k"}],
+    }
     assert Engine(config_from_dict(raw, env=env)).restore().ok
     cli("--config", str(conf), "checkpoint", check=0)  # records everything: all copies match
     _damage(tree.backing / "state/k/f5.bin", lambda d: d[:100] + bytes([d[100] ^ 1]) + d[101:])

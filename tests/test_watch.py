@@ -43,12 +43,16 @@ def watcher(tree: Tree) -> Iterator[Watcher]:
 
 def durable_files(tree: Tree) -> set[str]:
     root = tree.data / "state/x"
-    return {p.relative_to(root).as_posix() for p in root.rglob("*")
-            if p.is_file() and ".syncengine" not in p.parts}
+    return {
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file() and ".syncengine" not in p.parts
+    }
 
 
 def test_event_pass_in_a_50000_file_tree_copies_only_the_changed_file(
-        tree: Tree, engine: EngineFactory, watcher: Watcher) -> None:
+    tree: Tree, engine: EngineFactory, watcher: Watcher
+) -> None:
     live = tree.local / "x"
     seed = tree.base / "seed"
     seed.write_bytes(b"same content\n")
@@ -60,8 +64,14 @@ def test_event_pass_in_a_50000_file_tree_copies_only_the_changed_file(
     index = Index()  # as if a checkpoint had published them all
     for d in range(100):
         for i in range(500):
-            index.record(f"d{d:02}/f{i:03}.json", size=st.st_size, mtime_ns=st.st_mtime_ns,
-                         ctime_ns=st.st_ctime_ns, hash64=1, mode=st.st_mode)
+            index.record(
+                f"d{d:02}/f{i:03}.json",
+                size=st.st_size,
+                mtime_ns=st.st_mtime_ns,
+                ctime_ns=st.st_ctime_ns,
+                hash64=1,
+                mode=st.st_mode,
+            )
     index.save(tree.state / "index" / "x.idx")
     eng = engine(RAW)
     assert watcher.start() and watcher.mode == "events"
@@ -83,7 +93,8 @@ def test_event_pass_in_a_50000_file_tree_copies_only_the_changed_file(
 
 
 def test_hinted_pass_marks_only_hinted_paths_absent_and_walks_new_dirs(
-        tree: Tree, engine: EngineFactory) -> None:
+    tree: Tree, engine: EngineFactory
+) -> None:
     for rel in ("a.txt", "b.txt", "gone/1.txt", "gone/2.txt"):
         tree.write(f"x/{rel}", rel, mtime_ns=time.time_ns() - 10**10)  # settled, not dirty
     eng = engine(RAW)
@@ -96,16 +107,22 @@ def test_hinted_pass_marks_only_hinted_paths_absent_and_walks_new_dirs(
     tree.write("x/new/deep/c.txt", "c")
     plan = eng.checkpoint(hints={"x": {"a.txt", "gone", "new"}}, dry_run=True).adapters[0].plan
     mode = f"{os.stat(tree.local / 'x/new').st_mode & 0o7777:04o}"
-    assert sorted(plan) == sorted([
-        "upload new/deep/c.txt (new, 1 bytes)", "absent a.txt (durable copy kept)",
-        "absent gone/1.txt (durable copy kept)", "absent gone/2.txt (durable copy kept)",
-        "absent gone/ (directory: its manifest entry is kept until gc)",
-        f"dir new/ (new, mode {mode})", f"dir new/deep/ (new, mode {mode})"])
+    assert sorted(plan) == sorted(
+        [
+            "upload new/deep/c.txt (new, 1 bytes)",
+            "absent a.txt (durable copy kept)",
+            "absent gone/1.txt (durable copy kept)",
+            "absent gone/2.txt (durable copy kept)",
+            "absent gone/ (directory: its manifest entry is kept until gc)",
+            f"dir new/ (new, mode {mode})",
+            f"dir new/deep/ (new, mode {mode})",
+        ]
+    )
 
 
 def test_burst_above_the_hint_limit_falls_back_to_a_walk(
-        tree: Tree, engine: EngineFactory, watcher: Watcher,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tree: Tree, engine: EngineFactory, watcher: Watcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(watch, "HINT_LIMIT", 100)
     eng = engine(RAW)
     watcher.start()
@@ -118,10 +135,12 @@ def test_burst_above_the_hint_limit_falls_back_to_a_walk(
     assert eng.checkpoint(hints=hints).files == 500
 
 
-@pytest.mark.skipif(not os.access(MAX_QUEUED, os.W_OK), reason="needs root to lower "
-                    "fs.inotify.max_queued_events")
+@pytest.mark.skipif(
+    not os.access(MAX_QUEUED, os.W_OK), reason="needs root to lower fs.inotify.max_queued_events"
+)
 def test_queue_overflow_is_detected_and_every_file_becomes_durable(
-        tree: Tree, engine: EngineFactory, watcher: Watcher) -> None:
+    tree: Tree, engine: EngineFactory, watcher: Watcher
+) -> None:
     eng = engine(RAW)
     old = MAX_QUEUED.read_text()
     try:  # the limit is read when the inotify instance is created: restore it at once
@@ -140,7 +159,8 @@ def test_queue_overflow_is_detected_and_every_file_becomes_durable(
 
 
 def test_watcher_that_cannot_start_falls_back_to_scanning(
-        tree: Tree, watcher: Watcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree: Tree, watcher: Watcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def no_inotify(*args: object) -> object:
         raise OSError(24, "inotify instance limit reached")
 
@@ -201,7 +221,8 @@ for i in range(300):
 
 @pytest.mark.dir_only("watches the local tree only")
 def test_nested_directories_created_quickly_raise_no_library_warning(
-        tree: Tree, watcher: Watcher) -> None:
+    tree: Tree, watcher: Watcher
+) -> None:
     """watchdog re-adds the watch of a directory created while it walks the parent and
     warns each time (a RuntimeWarning: an error here, as pytest makes every warning);
     the watcher must neither print it nor fail over it."""

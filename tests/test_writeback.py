@@ -40,18 +40,27 @@ class Deployment:
         self.live = base / "local" / LIVE
         self.live.mkdir(parents=True)
         self.backing, self.mnt = base / "bucket", base / "data"
-        self.options = {"write_back_s": WRITE_BACK_S, "write_back_jitter_s": JITTER_S,
-                        "stats": True, **mount}
+        self.options = {
+            "write_back_s": WRITE_BACK_S,
+            "write_back_jitter_s": JITTER_S,
+            "stats": True,
+            **mount,
+        }
         self.mount = BucketMount(self.backing, self.mnt, **self.options).mount()
         self.restores = 0
 
-    def config(self, local: Path | None = None, state: Path | None = None,
-               **extra: Any) -> Config:
-        raw = {"local_root": str(local or self.base / "local"), "durable_root": str(self.mnt),
-               "state_dir": str(state or self.base / "state"), "adapters": [],
-               "adapter": [{"name": "x", "live": LIVE, "durable": DUR,
-                            "segments": ["sessions/*.jsonl"]}],
-               "write_back": True, **extra}
+    def config(self, local: Path | None = None, state: Path | None = None, **extra: Any) -> Config:
+        raw = {
+            "local_root": str(local or self.base / "local"),
+            "durable_root": str(self.mnt),
+            "state_dir": str(state or self.base / "state"),
+            "adapters": [],
+            "adapter": [
+                {"name": "x", "live": LIVE, "durable": DUR, "segments": ["sessions/*.jsonl"]}
+            ],
+            "write_back": True,
+            **extra,
+        }
         return config_from_dict(raw, env={})
 
     def engine(self, **extra: Any) -> Engine:
@@ -75,7 +84,8 @@ class Deployment:
         where = self.base / f"restore-{self.restores}"
         report = Engine(self.config(where / "local", where / "state")).restore()
         assert report.ok, [str(e) for e in report.errors] + [
-            str(a.fatal) for a in report.adapters if a.fatal]
+            str(a.fatal) for a in report.adapters if a.fatal
+        ]
         return files(where / "local" / LIVE)
 
     def write(self, rel: str, data: bytes) -> None:
@@ -111,12 +121,16 @@ def mutate(d: Deployment, rng: random.Random, point: int) -> None:
     same.write_bytes(f'{{"point": {point:06d}}}\n'.encode())
     d.write(f"new/{point}.json", b"{}\n" * rng.randint(1, 200))
     with open(d.live / "sessions" / "t.jsonl", "ab") as f:
-        f.write(b"".join(f'{{"point": {point}, "n": {n}}}\n'.encode()
-                         for n in range(rng.randint(1, 30))))
+        f.write(
+            b"".join(
+                f'{{"point": {point}, "n": {n}}}\n'.encode() for n in range(rng.randint(1, 30))
+            )
+        )
 
 
 def test_mount_killed_after_each_checkpoint_is_noticed_and_republished(
-        deployment: Deployment, caplog: pytest.LogCaptureFixture) -> None:
+    deployment: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
     """Kill the mount right after a checkpoint returns (and at random times up to the
     last upload), remount, run a one-shot checkpoint: what the bucket lost is noticed and
     published again, and a restore into an empty tree is complete, at every kill point."""
@@ -143,7 +157,8 @@ def test_mount_killed_after_each_checkpoint_is_noticed_and_republished(
 
 
 def test_an_object_lost_while_its_manifest_landed_is_published_again(
-        deployment: Deployment, caplog: pytest.LogCaptureFixture) -> None:
+    deployment: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
     """A write-back mount uploads in its own order: the manifest object can land and one
     object it names be lost (or only its older version stay, of the same size).  The
     unconfirmed objects are looked at when the mount instance changes."""
@@ -180,8 +195,11 @@ def test_a_pass_between_starts_does_not_look_at_the_bucket(deployment: Deploymen
     before = d.mount.stats()
     assert d.engine(write_back=False).checkpoint().ok
     after = d.mount.stats()
-    assert {k: after[k] - before.get(k, 0) for k in after
-            if after[k] != before.get(k, 0) and k != "release"} == {}
+    assert {
+        k: after[k] - before.get(k, 0)
+        for k in after
+        if after[k] != before.get(k, 0) and k != "release"
+    } == {}
     d.land_and_remount()
     before = d.mount.stats()
     assert d.engine(write_back=False).checkpoint().ok
@@ -190,7 +208,8 @@ def test_a_pass_between_starts_does_not_look_at_the_bucket(deployment: Deploymen
 
 
 def test_verify_reports_a_durable_side_behind_and_the_runner_checks_at_start(
-        deployment: Deployment, caplog: pytest.LogCaptureFixture) -> None:
+    deployment: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
     """verify says a durable side behind the index is a problem (exit 1), both when the
     manifest ends early and when nothing landed at all; the embedded Runner compares at
     start, before its first pass, which then publishes again what was lost."""
@@ -210,7 +229,9 @@ def test_verify_reports_a_durable_side_behind_and_the_runner_checks_at_start(
     d.kill_and_remount()  # the first manifest object landed, not the second
     result = d.engine().verify()
     assert [p.path for a in result.adapters for p in a.problems] == [
-        ".syncengine/manifest", "b.md"], result.lines()
+        ".syncengine/manifest",
+        "b.md",
+    ], result.lines()
     assert result.exit_code == 1
     with Runner(d.engine(), watch=False, interval=3600) as runner:
         assert behind_warnings(caplog)  # at start, before any pass

@@ -98,8 +98,15 @@ class _Pass:
     fatal: str | None = None
 
 
-def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns: int,
-        jobs: int, final: bool = False, progress: Reporter = SILENT) -> AdapterReport:
+def run(
+    state: AdapterState,
+    actions: Sequence[CheckpointAction],
+    *,
+    started_ns: int,
+    jobs: int,
+    final: bool = False,
+    progress: Reporter = SILENT,
+) -> AdapterReport:
     """Carry out a checkpoint plan for one adapter and return what happened.
 
     Raises NameTaken, after dropping the index file, when the durable manifest
@@ -120,16 +127,23 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     for action in actions:
         _record_other(state, action, started_ns, p)
     done = [d for d in p.done if record.published(d)]
-    name, recorded, confirmed = _write_manifest(state, done, started_ns, final, p,
-                                                clean_start)
+    name, recorded, confirmed = _write_manifest(state, done, started_ns, final, p, clean_start)
     if p.fatal is None:
         record.apply(state.index, p.done, started_ns)  # verified-equal ones too
         segments.mark_recorded(state.index, recorded)
-        behind.after_pass(state.index, (record.entry_of(d) for d in done), confirmed,
-                          state.store.instance, keeps_mtime=state.store.keeps_mtime)
+        behind.after_pass(
+            state.index,
+            (record.entry_of(d) for d in done),
+            confirmed,
+            state.store.instance,
+            keeps_mtime=state.store.keeps_mtime,
+        )
         failed = {e.path for e in p.errors}
-        record.record_companions(state, [a.path for a in actions if isinstance(
-            a, SkipCompanion) and a.database not in failed], recent)
+        record.record_companions(
+            state,
+            [a.path for a in actions if isinstance(a, SkipCompanion) and a.database not in failed],
+            recent,
+        )
     else:  # keep verified-equal results; published ones are taken again next pass
         record.apply(state.index, [d for d in p.done if not record.published(d)], started_ns)
     if state.index.changed:  # LocalError when the state dir is full: the marker stays, so
@@ -139,20 +153,26 @@ def run(state: AdapterState, actions: Sequence[CheckpointAction], *, started_ns:
     return _report(state.name, done, p, name)
 
 
-def _report(name: str, done: list[record.Done], p: _Pass, manifest_name: str | None
-            ) -> AdapterReport:
+def _report(
+    name: str, done: list[record.Done], p: _Pass, manifest_name: str | None
+) -> AdapterReport:
     ok = p.fatal is None
     copied = [c for c in map(record.copied_of, done) if c is not None]
     logged = [c for c in copied if isinstance(c, segments.Logged)]
     only_plain = sum(c.why == "plain" for c in logged)
     return AdapterReport(
-        name=name, files=len(copied) - only_plain if ok else 0,
+        name=name,
+        files=len(copied) - only_plain if ok else 0,
         plain_copies=sum(c.plain_written for c in logged) if ok else 0,
         bytes=sum(_written(c) for c in copied) if ok else 0,
-        unchanged=p.unchanged, skipped=p.skipped, changed=p.changed,
+        unchanged=p.unchanged,
+        skipped=p.skipped,
+        changed=p.changed,
         links=sum(isinstance(d, record.LinkDone) for d in done) if ok else 0,
         dirs=sum(isinstance(d, record.DirDone) for d in done) if ok else 0,
-        manifest=manifest_name, errors=tuple(p.errors), fatal=p.fatal,
+        manifest=manifest_name,
+        errors=tuple(p.errors),
+        fatal=p.fatal,
     )
 
 
@@ -160,14 +180,26 @@ def _written(c: Copied) -> int:
     return c.written if isinstance(c, segments.Logged) else c.size
 
 
-def _copy_all(state: AdapterState, uploads: Sequence[Publishing], p: _Pass, jobs: int,
-              recent: int, final: bool, progress: Reporter) -> None:
+def _copy_all(
+    state: AdapterState,
+    uploads: Sequence[Publishing],
+    p: _Pass,
+    jobs: int,
+    recent: int,
+    final: bool,
+    progress: Reporter,
+) -> None:
     """Snapshot the databases (staged before any file is read), then publish everything."""
     work = sqlite_pass.split(uploads)
     staged = sqlite_pass.stage_all(state, work.databases, jobs)  # before any file is read
     results = _execute(state, work, staged, jobs, recent, final)
-    meter = progress.start("checkpoint", state.name, len(uploads),
-                           sum(getattr(a, "size", 0) for a in uploads)) if uploads else None
+    meter = (
+        progress.start(
+            "checkpoint", state.name, len(uploads), sum(getattr(a, "size", 0) for a in uploads)
+        )
+        if uploads
+        else None
+    )
     try:
         for item, result in results:
             _collect(state, item, result, p)
@@ -175,8 +207,12 @@ def _copy_all(state: AdapterState, uploads: Sequence[Publishing], p: _Pass, jobs
             meter.advance(1, getattr(item, "size", 0))
     except DurableError as exc:
         p.fatal = str(exc)
-        log.error("checkpoint.durable-failed adapter=%s error=%s", state.name, exc,
-                  extra={"event": "checkpoint.durable-failed"})
+        log.error(
+            "checkpoint.durable-failed adapter=%s error=%s",
+            state.name,
+            exc,
+            extra={"event": "checkpoint.durable-failed"},
+        )
     finally:
         results.close()  # cancel queued copies, wait for running ones
         sqlite_pass.discard(staged)
@@ -184,8 +220,7 @@ def _copy_all(state: AdapterState, uploads: Sequence[Publishing], p: _Pass, jobs
             meter.finish()
 
 
-def _record_other(state: AdapterState, action: CheckpointAction, started_ns: int, p: _Pass
-                  ) -> None:
+def _record_other(state: AdapterState, action: CheckpointAction, started_ns: int, p: _Pass) -> None:
     """Carry out an action that copies nothing (a link, a directory, an absence, a skip)."""
     if isinstance(action, RecordLink):
         _record_link(state, action.path, p)
@@ -196,13 +231,22 @@ def _record_other(state: AdapterState, action: CheckpointAction, started_ns: int
         state.index.mark_absent(action.path, started_ns)
     elif isinstance(action, SkipSpecial):
         p.skipped += 1
-        log.info("scan.skip-special adapter=%s path=%s", state.name, action.path,
-                 extra={"event": "scan.skip-special"})
+        log.info(
+            "scan.skip-special adapter=%s path=%s",
+            state.name,
+            action.path,
+            extra={"event": "scan.skip-special"},
+        )
 
 
-def _write_manifest(state: AdapterState, done: list[record.Done], started_ns: int,
-                    final: bool, p: _Pass, clean_start: bool
-                    ) -> tuple[str | None, list[Entry], bool]:
+def _write_manifest(
+    state: AdapterState,
+    done: list[record.Done],
+    started_ns: int,
+    final: bool,
+    p: _Pass,
+    clean_start: bool,
+) -> tuple[str | None, list[Entry], bool]:
     """Flush, confirm, and write the pass's manifest object (if it needs one): its name,
     what it lists, and whether a write-back mount confirmed the uploads."""
     entries = record.manifest_entries(state.index, done, final) if p.fatal is None else []
@@ -229,8 +273,12 @@ def _write_manifest(state: AdapterState, done: list[record.Done], started_ns: in
         raise
     except DurableError as exc:
         p.fatal = str(exc)
-        log.error("checkpoint.manifest-failed adapter=%s error=%s", state.name, exc,
-                  extra={"event": "checkpoint.manifest-failed"})
+        log.error(
+            "checkpoint.manifest-failed adapter=%s error=%s",
+            state.name,
+            exc,
+            extra={"event": "checkpoint.manifest-failed"},
+        )
         return None, [], confirmed
 
 
@@ -238,9 +286,14 @@ _Result = Copied | Published | Exception
 _Item = Upload | AppendSegments | Compact | PlainCopy | sqlite_pass.Database
 
 
-def _execute(state: AdapterState, work: sqlite_pass.Sorted,
-             staged: dict[str, sqlite.Staged | Exception], jobs: int, recent: int,
-             final: bool) -> Generator[tuple[_Item, _Result], None, None]:
+def _execute(
+    state: AdapterState,
+    work: sqlite_pass.Sorted,
+    staged: dict[str, sqlite.Staged | Exception],
+    jobs: int,
+    recent: int,
+    final: bool,
+) -> Generator[tuple[_Item, _Result], None, None]:
     """Publish the staged snapshots and carry out each planned copy (in parallel up to
     `jobs`), results in order: the snapshots first."""
     sniff = state.sqlite is not None
@@ -250,20 +303,34 @@ def _execute(state: AdapterState, work: sqlite_pass.Sorted,
             return sqlite_pass.publish(state, item, staged[item.path], recent)
         try:
             if isinstance(item, AppendSegments | Compact | PlainCopy):
-                return segments.publish(state.store, os.fspath(state.live), item.path,
-                                        state.index, final=final,
-                                        compact=isinstance(item, Compact), recent_ns=recent,
-                                        plain=not isinstance(item, AppendSegments) or
-                                        bool(item.plain))
+                return segments.publish(
+                    state.store,
+                    os.fspath(state.live),
+                    item.path,
+                    state.index,
+                    final=final,
+                    compact=isinstance(item, Compact),
+                    recent_ns=recent,
+                    plain=not isinstance(item, AppendSegments) or bool(item.plain),
+                )
             rec = state.index.get(item.path) if item.hash_first else None
             known = rec if rec is not None and rec.kind == "file" else None
-            return upload(state.store, os.fspath(state.live), item.path,
-                          known_hash=known.hash64 if known else None,
-                          known_size=known.size if known else None, sniff_sqlite=sniff,
-                          recent_ns=recent)
+            return upload(
+                state.store,
+                os.fspath(state.live),
+                item.path,
+                known_hash=known.hash64 if known else None,
+                known_size=known.size if known else None,
+                sniff_sqlite=sniff,
+                recent_ns=recent,
+            )
         except SQLiteFile:  # it became a database since it was planned: never copy it raw
-            log.info("checkpoint.plan-changed adapter=%s path=%s: now a SQLite database",
-                     state.name, item.path, extra={"event": "checkpoint.plan-changed"})
+            log.info(
+                "checkpoint.plan-changed adapter=%s path=%s: now a SQLite database",
+                state.name,
+                item.path,
+                extra={"event": "checkpoint.plan-changed"},
+            )
             return sqlite_pass.found_late(state, item.path, recent, final)
         except (SourceError, Vanished, NotRegular, Changed, segments.Waiting) as exc:
             return exc
@@ -281,35 +348,65 @@ def _collect(state: AdapterState, item: _Item, result: _Result, p: _Pass) -> Non
         p.done.append(record.SnapshotDone(result.entry.path, result))
         p.unchanged += not result.copied.published
     elif isinstance(result, Copied):
-        p.done.append(record.LogDone(path, result) if isinstance(result, segments.Logged)
-                      else record.FileDone(path, result))
+        p.done.append(
+            record.LogDone(path, result)
+            if isinstance(result, segments.Logged)
+            else record.FileDone(path, result)
+        )
         p.unchanged += not result.published
         if result.published:
-            log.debug("copy.published adapter=%s path=%s bytes=%d", state.name, path,
-                      result.size, extra={"event": "copy.published"})
+            log.debug(
+                "copy.published adapter=%s path=%s bytes=%d",
+                state.name,
+                path,
+                result.size,
+                extra={"event": "copy.published"},
+            )
     elif isinstance(result, Vanished):
         p.skipped += 1
-        log.info("copy.vanished adapter=%s path=%s", state.name, path,
-                 extra={"event": "copy.vanished"})
+        log.info(
+            "copy.vanished adapter=%s path=%s", state.name, path, extra={"event": "copy.vanished"}
+        )
     elif isinstance(result, Changed):
         p.changed += 1
-        log.info("copy.changed adapter=%s path=%s: %s; the previous durable copy is kept and "
-                 "the file is taken again next pass", state.name, path, result.why,
-                 extra={"event": "copy.changed"})
+        log.info(
+            "copy.changed adapter=%s path=%s: %s; the previous durable copy is kept and "
+            "the file is taken again next pass",
+            state.name,
+            path,
+            result.why,
+            extra={"event": "copy.changed"},
+        )
     elif isinstance(result, segments.Waiting | sqlite_pass.Deferred):
         p.unchanged += 1
         if isinstance(result, segments.Waiting):
-            log.debug("segments.waiting adapter=%s path=%s (%s)", state.name, path, result,
-                      extra={"event": "segments.waiting"})
+            log.debug(
+                "segments.waiting adapter=%s path=%s (%s)",
+                state.name,
+                path,
+                result,
+                extra={"event": "segments.waiting"},
+            )
     elif isinstance(result, NotRegular):
         p.skipped += 1
-        log.info("copy.not-regular adapter=%s path=%s", state.name, path,
-                 extra={"event": "copy.not-regular"})
+        log.info(
+            "copy.not-regular adapter=%s path=%s",
+            state.name,
+            path,
+            extra={"event": "copy.not-regular"},
+        )
     elif isinstance(result, SourceError):
         p.errors.append(PathError(state.name, path, result.operation, result.reason))
-        state.notices.warn("copy.failed", state.name, path, result.reason,
-                           "copy.failed adapter=%s path=%s error=%s", state.name, path,
-                           result.reason)
+        state.notices.warn(
+            "copy.failed",
+            state.name,
+            path,
+            result.reason,
+            "copy.failed adapter=%s path=%s error=%s",
+            state.name,
+            path,
+            result.reason,
+        )
 
 
 def _record_link(state: AdapterState, path: str, p: _Pass) -> None:
@@ -324,13 +421,21 @@ def _record_link(state: AdapterState, path: str, p: _Pass) -> None:
         p.errors.append(PathError(state.name, path, "readlink", exc.strerror or str(exc)))
         return
     if state.index.links.get(path) == target:
-        state.index.record(path, size=st.st_size, mtime_ns=st.st_mtime_ns,
-                           ctime_ns=st.st_ctime_ns, hash64=link_hash(target),
-                           mode=st.st_mode, kind="symlink", target=target)
+        state.index.record(
+            path,
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+            ctime_ns=st.st_ctime_ns,
+            hash64=link_hash(target),
+            mode=st.st_mode,
+            kind="symlink",
+            target=target,
+        )
         p.unchanged += 1
         return
-    p.done.append(record.LinkDone(path, target,
-                                  (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)))
+    p.done.append(
+        record.LinkDone(path, target, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode))
+    )
 
 
 def _prepare_staging(state: AdapterState) -> None:
@@ -343,8 +448,12 @@ def _prepare_staging(state: AdapterState) -> None:
         state.index.meta["deltas"] = manifest.COMPACT_AFTER
         removed = state.store.sweep_staging()
         if removed:
-            log.info("checkpoint.swept-staging adapter=%s files=%d", state.name, removed,
-                     extra={"event": "checkpoint.swept-staging"})
+            log.info(
+                "checkpoint.swept-staging adapter=%s files=%d",
+                state.name,
+                removed,
+                extra={"event": "checkpoint.swept-staging"},
+            )
     else:
         mark_unrecorded(state)
 

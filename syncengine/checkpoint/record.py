@@ -96,12 +96,20 @@ def entry_of(done: Done) -> Entry:
         return done.published.entry
     if isinstance(done, LogDone):
         log_ = done.copied
-        return Entry(done.path, "segments", log_.size, log_.mtime_ns, log_.mode & 0o7777,
-                     log_.hash64, extra=segments.manifest_extra(log_.extra))
+        return Entry(
+            done.path,
+            "segments",
+            log_.size,
+            log_.mtime_ns,
+            log_.mode & 0o7777,
+            log_.hash64,
+            extra=segments.manifest_extra(log_.extra),
+        )
     if isinstance(done, FileDone):
         c = done.copied
-        return Entry(done.path, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64,
-                     object=c.object)
+        return Entry(
+            done.path, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64, object=c.object
+        )
     if isinstance(done, DirDone):
         return Entry(done.path, "dir", mode=done.mode)
     return Entry(done.path, "symlink", mtime_ns=done.sig[1], target=done.target)
@@ -128,8 +136,17 @@ def index_entry(index: Index, path: str) -> Entry | None:
     # a snapshot's size and time differ from the live file's stat kept in the record
     size = extra.pop("size", rec.size)
     mtime = extra.pop("mtime_ns", rec.mtime_ns)
-    return Entry(path, rec.kind, size, mtime, rec.mode & 0o7777, rec.hash64,
-                 target=index.links.get(path), object=obj, extra=extra)
+    return Entry(
+        path,
+        rec.kind,
+        size,
+        mtime,
+        rec.mode & 0o7777,
+        rec.hash64,
+        target=index.links.get(path),
+        object=obj,
+        extra=extra,
+    )
 
 
 def manifest_entries(index: Index, done: Sequence[Done], final: bool) -> list[Entry]:
@@ -172,8 +189,9 @@ def write_base(state: AdapterState, entries: Iterable[Entry], now_ns: int) -> st
     return name
 
 
-def write_manifest(state: AdapterState, entries: list[Entry], now_ns: int
-                   ) -> tuple[str, list[Entry]]:
+def write_manifest(
+    state: AdapterState, entries: list[Entry], now_ns: int
+) -> tuple[str, list[Entry]]:
     """Write a delta (or, every `manifest.COMPACT_AFTER`, a base); return its name and what it
     lists (a base: every entry).  The caller has flushed what the entries point at."""
     meta = state.index.meta
@@ -188,8 +206,13 @@ def write_manifest(state: AdapterState, entries: list[Entry], now_ns: int
         name = manifest.write(state.store, state.name, seq, "delta", entries, created_ns=now_ns)
         meta.update(manifest_seq=seq, deltas=int(meta.get("deltas", 0)) + 1, written_seq=seq)
     state.index.changed = True
-    log.info("checkpoint.manifest adapter=%s object=%s entries=%d", state.name, name,
-             len(entries), extra={"event": "checkpoint.manifest"})
+    log.info(
+        "checkpoint.manifest adapter=%s object=%s entries=%d",
+        state.name,
+        name,
+        len(entries),
+        extra={"event": "checkpoint.manifest"},
+    )
     return name, entries
 
 
@@ -199,16 +222,32 @@ def apply(index: Index, done: Iterable[Done], started_ns: int) -> None:
         if isinstance(d, SnapshotDone):
             e = d.published.entry
             size, mtime, ctime = d.published.sig
-            index.record(d.path, size=size, mtime_ns=mtime, ctime_ns=ctime,
-                         hash64=e.hash or 0, mode=e.mode, kind=e.kind, extra=d.published.extra)
+            index.record(
+                d.path,
+                size=size,
+                mtime_ns=mtime,
+                ctime_ns=ctime,
+                hash64=e.hash or 0,
+                mode=e.mode,
+                kind=e.kind,
+                extra=d.published.extra,
+            )
         elif isinstance(d, FileDone | LogDone):
             _apply_copy(index, d, started_ns)
         elif isinstance(d, DirDone):
             index.record_dir(d.path, d.mode)
         else:
             size, mtime, ctime, mode = d.sig
-            index.record(d.path, size=size, mtime_ns=mtime, ctime_ns=ctime,
-                         hash64=link_hash(d.target), mode=mode, kind="symlink", target=d.target)
+            index.record(
+                d.path,
+                size=size,
+                mtime_ns=mtime,
+                ctime_ns=ctime,
+                hash64=link_hash(d.target),
+                mode=mode,
+                kind="symlink",
+                target=d.target,
+            )
 
 
 def _apply_copy(index: Index, d: FileDone | LogDone, started_ns: int) -> None:
@@ -220,10 +259,16 @@ def _apply_copy(index: Index, d: FileDone | LogDone, started_ns: int) -> None:
         extra = d.copied.extra
     elif c.published:  # a new whole-file version: at its path, or a unique object
         extra = {"object": c.object} if c.object else {}
-    index.record(d.path, size=c.size, mtime_ns=c.mtime_ns,
-                 ctime_ns=DIRTY if c.raced or too_recent or size != c.size else ctime,
-                 hash64=c.hash64, mode=c.mode, kind="segments" if isinstance(d, LogDone)
-                 else "file", extra=extra)
+    index.record(
+        d.path,
+        size=c.size,
+        mtime_ns=c.mtime_ns,
+        ctime_ns=DIRTY if c.raced or too_recent or size != c.size else ctime,
+        hash64=c.hash64,
+        mode=c.mode,
+        kind="segments" if isinstance(d, LogDone) else "file",
+        extra=extra,
+    )
     if extra == {}:
         index.extras.pop(d.path, None)
 
@@ -236,6 +281,13 @@ def record_companions(state: AdapterState, paths: list[str], recent: int) -> Non
             st = os.lstat(state.live / path)
         except OSError:
             continue
-        state.index.record(path, size=st.st_size, mtime_ns=st.st_mtime_ns,
-                           ctime_ns=DIRTY if st.st_mtime_ns >= recent else st.st_ctime_ns,
-                           hash64=0, mode=st.st_mode, kind="sqlite", extra={"_local": True})
+        state.index.record(
+            path,
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+            ctime_ns=DIRTY if st.st_mtime_ns >= recent else st.st_ctime_ns,
+            hash64=0,
+            mode=st.st_mode,
+            kind="sqlite",
+            extra={"_local": True},
+        )

@@ -109,8 +109,17 @@ def _last_newline_end(fd: int, start: int, size: int) -> int:
     return start
 
 
-def publish(store: Store, live_root: str, relpath: str, index: Index, *, final: bool,
-            compact: bool, recent_ns: int | None = None, plain: bool = False) -> Logged:
+def publish(
+    store: Store,
+    live_root: str,
+    relpath: str,
+    index: Index,
+    *,
+    final: bool,
+    compact: bool,
+    recent_ns: int | None = None,
+    plain: bool = False,
+) -> Logged:
     """Checkpoint one log: a new segment, a new chain, or nothing (see module doc); with
     `plain`, then its whole content at its plain path unless that is current.
 
@@ -121,14 +130,19 @@ def publish(store: Store, live_root: str, relpath: str, index: Index, *, final: 
     src = f"{live_root}/{relpath}"
     fd, st = open_source(src)
     try:
-        logged = _publish(store, fd, st, src, relpath, index, final=final, compact=compact,
-                          recent_ns=recent_ns)
+        logged = _publish(
+            store, fd, st, src, relpath, index, final=final, compact=compact, recent_ns=recent_ns
+        )
         if plain and not plain_current(logged.extra, logged.hash64):
             try:
                 logged = _publish_plain(store, fd, st, src, relpath, logged)
             except Waiting as exc:  # the chain's part stands; the plain copy waits
-                log.debug("segments.plain-waiting path=%s (%s)", relpath, exc,
-                          extra={"event": "segments.plain-waiting"})
+                log.debug(
+                    "segments.plain-waiting path=%s (%s)",
+                    relpath,
+                    exc,
+                    extra={"event": "segments.plain-waiting"},
+                )
         return logged
     except OSError as exc:
         raise SourceError(relpath, "read", exc.strerror or str(exc)) from exc
@@ -136,8 +150,18 @@ def publish(store: Store, live_root: str, relpath: str, index: Index, *, final: 
         os.close(fd)
 
 
-def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, index: Index,
-             *, final: bool, compact: bool, recent_ns: int | None) -> Logged:
+def _publish(
+    store: Store,
+    fd: int,
+    st: os.stat_result,
+    src: str,
+    relpath: str,
+    index: Index,
+    *,
+    final: bool,
+    compact: bool,
+    recent_ns: int | None,
+) -> Logged:
     rec = index.get(relpath)
     old = index.extras.get(relpath, {}) if rec is not None and rec.kind == "segments" else {}
     lens: list[int] = list(old.get("lens", ()))
@@ -145,8 +169,11 @@ def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, 
     local = _local(old)
     covered = sum(lens)
     h = xxhash.xxh3_64()
-    why = "new chain" if not lens or not chain or rec is None else _chain_break(
-        fd, st, src, local, covered, rec.hash64, h)
+    why = (
+        "new chain"
+        if not lens or not chain or rec is None
+        else _chain_break(fd, st, src, local, covered, rec.hash64, h)
+    )
     if not why and (len(lens) >= MAX_SEGMENTS or (compact and len(lens) > 1)):
         why = "compact"
     start = 0 if why else covered
@@ -162,8 +189,16 @@ def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, 
         h = xxhash.xxh3_64()
     elif cut == covered:  # nothing new (a partial line may be waiting)
         extra = {**old, LOCAL: {**local, "ino": st.st_ino}}
-        return Logged(False, covered, rec.hash64 if rec else 0, st.st_mode, st.st_mtime_ns,
-                      _sig(st), raced=False, extra=extra)
+        return Logged(
+            False,
+            covered,
+            rec.hash64 if rec else 0,
+            st.st_mode,
+            st.st_mtime_ns,
+            _sig(st),
+            raced=False,
+            extra=extra,
+        )
     # The name carries the object's hash, and a mount without rename writes the object
     # under its final name: hash the new bytes first, then copy them and compare.
     own = xxhash.xxh3_64()
@@ -177,21 +212,47 @@ def _publish(store: Store, fd: int, st: os.stat_result, src: str, relpath: str, 
         n, again = stream(fd, cut - start, out.write, src_name=src, dst_name=store.where(name))
         if n != cut - start or again != own.intdigest():
             raise Waiting("changed while reading")
-        if (not why and rec is not None and not unwritten(st, os.fstat(fd), recent_ns)
-                and hash_file(fd, covered, name=src) != rec.hash64):
-            raise Changed(relpath, "its published beginning was rewritten in place while "
-                          "the new segment was copied")
+        if (
+            not why
+            and rec is not None
+            and not unwritten(st, os.fstat(fd), recent_ns)
+            and hash_file(fd, covered, name=src) != rec.hash64
+        ):
+            raise Changed(
+                relpath,
+                "its published beginning was rewritten in place while the new segment was copied",
+            )
     after = os.fstat(fd)
     lens.append(cut - start)
-    extra = {"chain": chain, "lens": lens, LOCAL: {"ino": st.st_ino, "recorded": recorded},
-             **({PLAIN: old[PLAIN]} if PLAIN in old else {})}
-    return Logged(True, cut, digest, st.st_mode, st.st_mtime_ns, _sig(st),
-                  raced=_sig(after) != _sig(st) or after.st_ino != st.st_ino, extra=extra,
-                  written=cut - start, why=why or "append")
+    extra = {
+        "chain": chain,
+        "lens": lens,
+        LOCAL: {"ino": st.st_ino, "recorded": recorded},
+        **({PLAIN: old[PLAIN]} if PLAIN in old else {}),
+    }
+    return Logged(
+        True,
+        cut,
+        digest,
+        st.st_mode,
+        st.st_mtime_ns,
+        _sig(st),
+        raced=_sig(after) != _sig(st) or after.st_ino != st.st_ino,
+        extra=extra,
+        written=cut - start,
+        why=why or "append",
+    )
 
 
-def _chain_break(fd: int, st: os.stat_result, src: str, local: dict[str, Any], covered: int,
-                 published_hash: int, h: xxhash.xxh3_64) -> str:
+def _chain_break(
+    fd: int,
+    st: os.stat_result,
+    src: str,
+    local: dict[str, Any],
+    covered: int,
+    published_hash: int,
+    h: xxhash.xxh3_64,
+) -> str:
     """Why the live file no longer extends its published prefix ("": it does; `h` then
     holds the prefix's hash, to be continued over the new bytes)."""
     if local.get("ino") not in (None, st.st_ino):
@@ -205,8 +266,9 @@ def _chain_break(fd: int, st: os.stat_result, src: str, local: dict[str, Any], c
     return "rewritten" if digest != published_hash else ""
 
 
-def _publish_plain(store: Store, fd: int, st: os.stat_result, src: str, relpath: str,
-                   logged: Logged) -> Logged:
+def _publish_plain(
+    store: Store, fd: int, st: os.stat_result, src: str, relpath: str, logged: Logged
+) -> Logged:
     """Publish the chain's content (`logged`: bytes [0, size) with their hash) whole at the
     plain path; the bytes are read again and must hash the same, else Waiting."""
     size = sum(logged.extra.get("lens", ()))
@@ -218,27 +280,41 @@ def _publish_plain(store: Store, fd: int, st: os.stat_result, src: str, relpath:
         n, digest = stream(fd, size, out.write, src_name=src, dst_name=store.where(relpath))
         if n != size or digest != logged.hash64:
             raise Waiting("changed while its plain copy was read")
-    return attrs.evolve(logged, published=True, extra={**logged.extra, PLAIN: state},
-                        written=logged.written + size, plain_written=True,
-                        why=logged.why if logged.published else "plain")
+    return attrs.evolve(
+        logged,
+        published=True,
+        extra={**logged.extra, PLAIN: state},
+        written=logged.written + size,
+        plain_written=True,
+        why=logged.why if logged.published else "plain",
+    )
 
 
 def plain_current(extra: dict[str, Any], hash64: int) -> bool:
     """Whether the plain path holds the chain's whole content (or needs none)."""
     state = extra.get(PLAIN)
-    return (isinstance(state, dict) and state.get("size") == sum(extra.get("lens", ()))
-            and state.get("hash") == f"{hash64:016x}")
+    return (
+        isinstance(state, dict)
+        and state.get("size") == sum(extra.get("lens", ()))
+        and state.get("hash") == f"{hash64:016x}"
+    )
 
 
-def plain_wanted(index: Index, now_ns: int, quiet_ns: int, *, final: bool = False
-                 ) -> frozenset[str]:
+def plain_wanted(
+    index: Index, now_ns: int, quiet_ns: int, *, final: bool = False
+) -> frozenset[str]:
     """Logs whose plain copy is behind their chain and that have been quiet for
     `quiet_ns` (with `final`: every such log, writers having stopped)."""
     out = set()
     for path, extra in index.extras.items():
         rec = index.get(path)
-        if (rec is None or rec.kind != "segments" or rec.absent or not extra.get("lens")
-                or plain_current(extra, rec.hash64)):
+        if (
+            rec is None
+            or rec.kind != "segments"
+            or rec.absent
+            or not extra.get("lens")
+            or plain_current(extra, rec.hash64)
+        ):
             continue
         if final or rec.mtime_ns < now_ns - quiet_ns:
             out.add(path)
@@ -256,8 +332,12 @@ def idle_chains(index: Index, now_ns: int) -> frozenset[str]:
     for path, extra in index.extras.items():
         if len(extra.get("lens", ())) > 1:
             rec = index.get(path)
-            if (rec is not None and rec.kind == "segments" and not rec.absent
-                    and rec.mtime_ns < now_ns - IDLE_NS):
+            if (
+                rec is not None
+                and rec.kind == "segments"
+                and not rec.absent
+                and rec.mtime_ns < now_ns - IDLE_NS
+            ):
                 out.add(path)
     return frozenset(out)
 
@@ -267,8 +347,15 @@ def complete_lines_end(fd: int, size: int) -> int:
     return _last_newline_end(fd, 0, size)
 
 
-def seed(index: Index, entry: Entry, *, ino: int | None = None, size: int | None = None,
-         mtime_ns: int | None = None, ctime_ns: int = DIRTY) -> None:
+def seed(
+    index: Index,
+    entry: Entry,
+    *,
+    ino: int | None = None,
+    size: int | None = None,
+    mtime_ns: int | None = None,
+    ctime_ns: int = DIRTY,
+) -> None:
     """Record a durable chain in the index (after a restore, or for a kept local file).
 
     A chain resolved by restore (`chain.Chain.as_entry`) says how many of its
@@ -280,10 +367,16 @@ def seed(index: Index, entry: Entry, *, ino: int | None = None, size: int | None
         recorded = len(extra.get("lens", ()))
     if size is not None and size > sum(extra.get("lens", ())):
         ctime_ns = DIRTY  # bytes the chain lacks (from its plain copy): the next pass looks
-    index.record(entry.path, size=entry.size if size is None else size,
-                 mtime_ns=entry.mtime_ns if mtime_ns is None else mtime_ns, ctime_ns=ctime_ns,
-                 hash64=entry.hash or 0, mode=entry.mode, kind="segments",
-                 extra={**extra, LOCAL: {"ino": ino, "recorded": recorded}})
+    index.record(
+        entry.path,
+        size=entry.size if size is None else size,
+        mtime_ns=entry.mtime_ns if mtime_ns is None else mtime_ns,
+        ctime_ns=ctime_ns,
+        hash64=entry.hash or 0,
+        mode=entry.mode,
+        kind="segments",
+        extra={**extra, LOCAL: {"ino": ino, "recorded": recorded}},
+    )
 
 
 def seed_kept(index: Index, entry: Entry) -> None:
@@ -296,9 +389,13 @@ def seed_kept(index: Index, entry: Entry) -> None:
     rec = index.get(entry.path)
     have = index.extras.get(entry.path, {})
     lens = entry.extra.get("lens")
-    if (rec is not None and rec.kind == "segments" and isinstance(lens, list)
-            and have.get("chain") == entry.extra.get("chain")
-            and list(have.get("lens", ()))[:len(lens)] == lens):
+    if (
+        rec is not None
+        and rec.kind == "segments"
+        and isinstance(lens, list)
+        and have.get("chain") == entry.extra.get("chain")
+        and list(have.get("lens", ()))[: len(lens)] == lens
+    ):
         return
     seed(index, entry)
 
@@ -326,6 +423,22 @@ def mark_recorded(index: Index, entries: Iterable[Entry]) -> None:
             index.changed = True
 
 
-__all__ = ["LOCAL", "MAX_SEGMENTS", "PLAIN", "SEG_DIR", "Logged", "Waiting", "chain_dir",
-           "complete_lines_end", "idle_chains", "manifest_extra", "mark_recorded",
-           "plain_current", "plain_wanted", "publish", "seed", "seed_kept", "unrecorded"]
+__all__ = [
+    "LOCAL",
+    "MAX_SEGMENTS",
+    "PLAIN",
+    "SEG_DIR",
+    "Logged",
+    "Waiting",
+    "chain_dir",
+    "complete_lines_end",
+    "idle_chains",
+    "manifest_extra",
+    "mark_recorded",
+    "plain_current",
+    "plain_wanted",
+    "publish",
+    "seed",
+    "seed_kept",
+    "unrecorded",
+]

@@ -107,9 +107,14 @@ def matches(patterns: Sequence[str], relpath: str) -> bool:
 
 def seed_extra(entry: Entry, patterns: Sequence[str]) -> dict[str, Any]:
     """Index extras for a snapshot known only from the manifest (a rebuilt index)."""
-    return {"object": entry.location, "size": entry.size, "mtime_ns": entry.mtime_ns,
-            "snapshot_ns": entry.extra.get("snapshot_ns"), "_wal": None,
-            "_listed": matches(patterns, entry.path)}
+    return {
+        "object": entry.location,
+        "size": entry.size,
+        "mtime_ns": entry.mtime_ns,
+        "snapshot_ns": entry.extra.get("snapshot_ns"),
+        "_wal": None,
+        "_listed": matches(patterns, entry.path),
+    }
 
 
 def companion_base(live: Path, relpath: str) -> str | None:
@@ -171,14 +176,16 @@ def is_listed(index: Index, path: str) -> bool:
 # -- doing --------------------------------------------------------------
 
 
-def check_durable_copy(durable: Store, relpath: str, scratch: Path, timeout: float = 2.0
-                       ) -> tuple[int, int, Verdict]:
+def check_durable_copy(
+    durable: Store, relpath: str, scratch: Path, timeout: float = 2.0
+) -> tuple[int, int, Verdict]:
     """(bytes, xxh3_64, verdict) of a durable snapshot, checked on a local temp copy.
 
     SQLite is never opened on the mount: the snapshot is streamed into a temp
     file under `scratch` (local disk) and checked there.  Raises CheckFailed.
     """
     import tempfile
+
     scratch.mkdir(parents=True, exist_ok=True)
     with durable.open(relpath) as src, tempfile.TemporaryDirectory(dir=scratch) as tmpdir:
         local = os.path.join(tmpdir, "snapshot.db")
@@ -187,17 +194,23 @@ def check_durable_copy(durable: Store, relpath: str, scratch: Path, timeout: flo
         return n, h, check(local, timeout=timeout)
 
 
-def publish(store: Store, staged: Staged, index: Index, *, listed: bool,
-            recent_after_ns: int) -> Published:
+def publish(
+    store: Store, staged: Staged, index: Index, *, listed: bool, recent_after_ns: int
+) -> Published:
     """Publish a staged snapshot unless equal to the last one; the staged copy is removed."""
     relpath, st, wal = staged.relpath, staged.st, staged.wal
     rec = index.get(relpath)
     extra_before = index.extras.get(relpath, {}) if rec and rec.kind == "sqlite" else {}
     mtime = max(st.st_mtime_ns, wal[1] if wal else 0)
     try:
-        copied = upload(store, os.path.dirname(staged.path), os.path.basename(staged.path),
-                        known_hash=rec.hash64 if extra_before and rec else None,
-                        known_size=extra_before.get("size"), dest=object_name(relpath))
+        copied = upload(
+            store,
+            os.path.dirname(staged.path),
+            os.path.basename(staged.path),
+            known_hash=rec.hash64 if extra_before and rec else None,
+            known_size=extra_before.get("size"),
+            dest=object_name(relpath),
+        )
     finally:
         remove_set(staged.path)
     dirty = staged.raced or mtime >= recent_after_ns
@@ -206,19 +219,53 @@ def publish(store: Store, staged: Staged, index: Index, *, listed: bool,
     if not copied.published:
         mtime = extra_before.get("mtime_ns", mtime)
     # a mount without rename stores each snapshot as a new unique object
-    obj = (copied.object if copied.published else extra_before.get("object")) \
-        or object_name(relpath)
-    extra = {"object": obj, "size": copied.size, "mtime_ns": mtime,
-             "snapshot_ns": snapshot_ns, "_wal": wal, "_listed": listed}
-    entry = Entry(relpath, "sqlite", copied.size, mtime, st.st_mode & 0o7777, copied.hash64,
-                  object=obj, extra={"snapshot_ns": snapshot_ns})
+    obj = (copied.object if copied.published else extra_before.get("object")) or object_name(
+        relpath
+    )
+    extra = {
+        "object": obj,
+        "size": copied.size,
+        "mtime_ns": mtime,
+        "snapshot_ns": snapshot_ns,
+        "_wal": wal,
+        "_listed": listed,
+    }
+    entry = Entry(
+        relpath,
+        "sqlite",
+        copied.size,
+        mtime,
+        st.st_mode & 0o7777,
+        copied.hash64,
+        object=obj,
+        extra={"snapshot_ns": snapshot_ns},
+    )
     if copied.published:
-        log.info("sqlite.published path=%s object=%s bytes=%d", relpath, entry.object,
-                 copied.size)
-    return Published(entry, copied, (st.st_size, st.st_mtime_ns,
-                                     DIRTY if dirty else st.st_ctime_ns), extra)
+        log.info(
+            "sqlite.published path=%s object=%s bytes=%d",
+            relpath,
+            entry.object,
+            copied.size,
+            extra={"event": "sqlite.published"},
+        )
+    return Published(
+        entry, copied, (st.st_size, st.st_mtime_ns, DIRTY if dirty else st.st_ctime_ns), extra
+    )
 
 
-__all__ = ["CHECKPOINT_DIR", "COMPANIONS", "Options", "Staged", "check_durable_copy",
-           "companion_base", "find_databases", "has_header", "object_name", "plan_databases",
-           "publish", "remove_set", "stage", "sweep_staging"]
+__all__ = [
+    "CHECKPOINT_DIR",
+    "COMPANIONS",
+    "Options",
+    "Staged",
+    "check_durable_copy",
+    "companion_base",
+    "find_databases",
+    "has_header",
+    "object_name",
+    "plan_databases",
+    "publish",
+    "remove_set",
+    "stage",
+    "sweep_staging",
+]

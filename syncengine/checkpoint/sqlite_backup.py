@@ -126,12 +126,19 @@ def stage(db_path: str, relpath: str, opts: Options) -> Staged:
         try:
             verdict = check(dst, timeout=opts.busy_timeout)
         except CheckFailed as exc:
-            raise SourceError(relpath, "snapshot", f"cannot check the backup copy: {exc}; "
-                              "the previous snapshot is kept") from exc
+            raise SourceError(
+                relpath,
+                "snapshot",
+                f"cannot check the backup copy: {exc}; the previous snapshot is kept",
+            ) from exc
         if verdict.corrupt:
-            raise SourceError(relpath, "snapshot", f"the backup copy fails quick_check "
-                              f"({verdict.detail}); the live database may be corrupt; the "
-                              "previous snapshot is kept")
+            raise SourceError(
+                relpath,
+                "snapshot",
+                f"the backup copy fails quick_check "
+                f"({verdict.detail}); the live database may be corrupt; the "
+                "previous snapshot is kept",
+            )
         mtime = max(st.st_mtime_ns, wal[1] if wal else 0)
         os.chmod(dst, st.st_mode & 0o7777 | 0o600)
         os.utime(dst, ns=(mtime, mtime))
@@ -141,8 +148,11 @@ def stage(db_path: str, relpath: str, opts: Options) -> Staged:
             raise source_error("snapshot", relpath, exc) from exc
         raise
     after = os.lstat(db_path) if os.path.lexists(db_path) else None
-    raced = (after is None or (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns)
-             or wal_sig(db_path) != wal)
+    raced = (
+        after is None
+        or (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns)
+        or wal_sig(db_path) != wal
+    )
     return Staged(relpath, dst, st, wal, raced, verdict)
 
 
@@ -155,9 +165,13 @@ def _backup(db_path: str, dst: str, relpath: str, opts: Options) -> None:
             raise Vanished(relpath) from exc
         if not is_wal(header) or all(os.path.lexists(db_path + s) for s in ("-wal", "-shm")):
             try:
-                _copy_with_sqlite(db_path, dst, relpath, opts.busy_timeout,
-                                  {"readonly_shm": "1", "vfs": _no_create_vfs()}
-                                  if is_wal(header) else {})
+                _copy_with_sqlite(
+                    db_path,
+                    dst,
+                    relpath,
+                    opts.busy_timeout,
+                    {"readonly_shm": "1", "vfs": _no_create_vfs()} if is_wal(header) else {},
+                )
                 _keep_writer(dst, writer_version(header))
                 return
             except _Closed as exc:
@@ -177,8 +191,12 @@ def _backup(db_path: str, dst: str, relpath: str, opts: Options) -> None:
         finally:
             remove_set(quiet)
         return
-    raise SourceError(relpath, "snapshot", "the database changed each time it was copied "
-                      f"while connections to it opened and closed ({last}); retried next pass")
+    raise SourceError(
+        relpath,
+        "snapshot",
+        "the database changed each time it was copied "
+        f"while connections to it opened and closed ({last}); retried next pass",
+    )
 
 
 def _header(path: str) -> bytes:
@@ -215,8 +233,10 @@ def _unserved(exc: Exception) -> bool:
     import apsw
 
     return getattr(exc, "extendedresult", None) in (
-        apsw.SQLITE_READONLY_ROLLBACK, apsw.SQLITE_READONLY_RECOVERY,
-        apsw.SQLITE_READONLY_CANTINIT)
+        apsw.SQLITE_READONLY_ROLLBACK,
+        apsw.SQLITE_READONLY_RECOVERY,
+        apsw.SQLITE_READONLY_CANTINIT,
+    )
 
 
 def _reason(exc: Exception) -> str:
@@ -262,8 +282,7 @@ def _no_create_vfs() -> str:
         def __init__(self) -> None:
             super().__init__(NO_CREATE_VFS, base="")
 
-        def xOpen(self, name: str | apsw.URIFilename | None, flags: list[int]
-                  ) -> apsw.VFSFile:
+        def xOpen(self, name: str | apsw.URIFilename | None, flags: list[int]) -> apsw.VFSFile:
             if flags[0] & apsw.SQLITE_OPEN_WAL:  # SQLite asks read-write and create
                 flags[0] &= ~(apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_READWRITE)
                 flags[0] |= apsw.SQLITE_OPEN_READONLY  # so the kernel refuses any write too
@@ -275,8 +294,15 @@ def _no_create_vfs() -> str:
     return NO_CREATE_VFS
 
 
-def _copy_with_sqlite(src_path: str, dst: str, relpath: str, timeout: float,
-                      params: dict[str, str], *, private: bool = False) -> None:
+def _copy_with_sqlite(
+    src_path: str,
+    dst: str,
+    relpath: str,
+    timeout: float,
+    params: dict[str, str],
+    *,
+    private: bool = False,
+) -> None:
     """One-step online backup of `src_path` (opened read-only) into a new file `dst`.
 
     `private`: `src_path` is our own copy in staging, opened read-write so that
@@ -285,19 +311,27 @@ def _copy_with_sqlite(src_path: str, dst: str, relpath: str, timeout: float,
     import apsw
 
     try:
-        with connect(src_path, timeout=timeout, params=params, readonly=not private) as src, \
-                connect(dst, timeout=timeout, readonly=False) as out:
+        with (
+            connect(src_path, timeout=timeout, params=params, readonly=not private) as src,
+            connect(dst, timeout=timeout, readonly=False) as out,
+        ):
             # a staging copy needs no crash safety of its own: the store makes what it
             # publishes durable, and a killed run's copies are swept
             out.execute("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF")
             with out.backup("main", src, "main") as job:
                 job.step(-1)
     except (apsw.BusyError, apsw.LockedError):
-        raise SourceError(relpath, "snapshot", f"database stayed locked for {timeout:g}s "
-                          "(sqlite_busy_timeout); retried next pass") from None
+        raise SourceError(
+            relpath,
+            "snapshot",
+            f"database stayed locked for {timeout:g}s (sqlite_busy_timeout); retried next pass",
+        ) from None
     except apsw.FullError as exc:
-        raise SourceError(relpath, "snapshot", f"no space left for the copy in {dst}; free "
-                          "space on the local disk") from exc
+        raise SourceError(
+            relpath,
+            "snapshot",
+            f"no space left for the copy in {dst}; free space on the local disk",
+        ) from exc
     except apsw.Error as exc:
         if not os.path.lexists(src_path):
             raise Vanished(relpath) from exc
@@ -306,8 +340,11 @@ def _copy_with_sqlite(src_path: str, dst: str, relpath: str, timeout: float,
             # its -wal or -shm was removed after we looked (opening or locking the -shm of
             # a writer that is closing fails), or a dead process left it to be recovered
             raise _Closed(_reason(exc)) from exc
-        raise SourceError(relpath, "snapshot", f"cannot read the database: {_reason(exc)}; "
-                          "the previous snapshot is kept") from exc
+        raise SourceError(
+            relpath,
+            "snapshot",
+            f"cannot read the database: {_reason(exc)}; the previous snapshot is kept",
+        ) from exc
 
 
 def _quiet_copy(db_path: str, relpath: str, staging: Path) -> str | None:
@@ -315,8 +352,11 @@ def _quiet_copy(db_path: str, relpath: str, staging: Path) -> str | None:
     present = {s: os.path.lexists(db_path + s) for s in COMPANIONS}
     base = os.fspath(staging / f"{os.urandom(8).hex()}.quiet.db")
     try:
-        same = all(_copy_and_compare(db_path + s, base + s, relpath)
-                   for s in ("", *_LOGS) if not s or present[s])
+        same = all(
+            _copy_and_compare(db_path + s, base + s, relpath)
+            for s in ("", *_LOGS)
+            if not s or present[s]
+        )
         if same and {s: os.path.lexists(db_path + s) for s in COMPANIONS} == present:
             return base
     except BaseException:
@@ -367,4 +407,3 @@ def sweep_staging(opts: Options) -> None:
     for name in names:
         with contextlib.suppress(OSError):
             os.unlink(opts.staging / name)
-

@@ -56,46 +56,66 @@ class Deferred(Exception):
     """A database found while copying a file: snapshotted next pass, after its files."""
 
 
-def split(actions: Sequence[Upload | AppendSegments | Compact | PlainCopy | Snapshot]
-          ) -> Sorted:
+def split(actions: Sequence[Upload | AppendSegments | Compact | PlainCopy | Snapshot]) -> Sorted:
     """Databases first, in path order; the plan already named them (`plan.Snapshot`)."""
     dbs = {a.path: Database(a.path, a.listed) for a in actions if isinstance(a, Snapshot)}
     files = tuple(a for a in actions if not isinstance(a, Snapshot))
     return Sorted(tuple(dbs[p] for p in sorted(dbs)), files)
 
 
-def stage_all(state: AdapterState, databases: Sequence[Database], jobs: int
-              ) -> dict[str, sqlite.Staged | Exception]:
+def stage_all(
+    state: AdapterState, databases: Sequence[Database], jobs: int
+) -> dict[str, sqlite.Staged | Exception]:
     """Stage every database's snapshot (in parallel); what failed maps to its error."""
-    return {db.path: result for db, result in
-            in_order(databases, lambda db: stage(state, db.path, db.listed), jobs=jobs,
-                     name="syncengine-sqlite")}
+    return {
+        db.path: result
+        for db, result in in_order(
+            databases,
+            lambda db: stage(state, db.path, db.listed),
+            jobs=jobs,
+            name="syncengine-sqlite",
+        )
+    }
 
 
 def stage(state: AdapterState, path: str, listed: bool) -> sqlite.Staged | Exception:
     assert state.sqlite is not None
     if not listed:
         state.notices.warn(
-            "sqlite.unlisted", state.name, path, "unlisted",
+            "sqlite.unlisted",
+            state.name,
+            path,
+            "unlisted",
             "sqlite.unlisted adapter=%s path=%s: a SQLite database not listed in the adapter's "
-            "`sqlite` key; snapshotting it with the backup API", state.name, path)
+            "`sqlite` key; snapshotting it with the backup API",
+            state.name,
+            path,
+        )
     try:
         staged = sqlite.stage(f"{state.live}/{path}", path, state.sqlite)
     except (SourceError, Vanished) as exc:
         return exc
     if not staged.verdict.ok:
-        state.notices.warn("sqlite.unchecked", state.name, path, staged.verdict.detail,
-                           "sqlite.unchecked adapter=%s %s; publishing it", state.name,
-                           staged.verdict.message(path))
+        state.notices.warn(
+            "sqlite.unchecked",
+            state.name,
+            path,
+            staged.verdict.detail,
+            "sqlite.unchecked adapter=%s %s; publishing it",
+            state.name,
+            staged.verdict.message(path),
+        )
     return staged
 
 
-def publish(state: AdapterState, db: Database, staged: sqlite.Staged | Exception,
-            recent: int) -> Published | Exception:
+def publish(
+    state: AdapterState, db: Database, staged: sqlite.Staged | Exception, recent: int
+) -> Published | Exception:
     if isinstance(staged, Exception):
         return staged
-    return sqlite.publish(state.store, staged, state.index, listed=db.listed,
-                          recent_after_ns=recent)
+    return sqlite.publish(
+        state.store, staged, state.index, listed=db.listed, recent_after_ns=recent
+    )
 
 
 def discard(staged: dict[str, sqlite.Staged | Exception]) -> None:
@@ -105,12 +125,16 @@ def discard(staged: dict[str, sqlite.Staged | Exception]) -> None:
             sqlite.remove_set(item.path)
 
 
-def found_late(state: AdapterState, path: str, recent: int, final: bool
-               ) -> Published | Exception:
+def found_late(state: AdapterState, path: str, recent: int, final: bool) -> Published | Exception:
     """A database found while its file was being copied (see the module docstring)."""
     if not final:
-        log.debug("sqlite.deferred adapter=%s path=%s: found while copying; snapshotted next "
-                  "pass, before its files", state.name, path, extra={"event": "sqlite.deferred"})
+        log.debug(
+            "sqlite.deferred adapter=%s path=%s: found while copying; snapshotted next "
+            "pass, before its files",
+            state.name,
+            path,
+            extra={"event": "sqlite.deferred"},
+        )
         return Deferred(path)
     db = Database(path, False)
     return publish(state, db, stage(state, path, False), recent)

@@ -55,20 +55,27 @@ def describe_start(report: Report, config: Config, interval: float, mode: str) -
     kept = sum(a.kept_local for a in report.adapters)
     live = [s.name for s in config.adapters if s.live.is_dir()]
     waiting = [s.name for s in config.adapters if not s.live.is_dir()]
-    return (f"restored {report.files} file(s), {report.bytes} bytes"
-            + (f" ({kept} newer local kept)" if kept else "")
-            + f"; checkpointing {', '.join(live) or 'nothing yet'} every {interval:g}s "
-            f"(mode {mode})"
-            + (f"; no live tree yet (taken once it appears): {', '.join(waiting)}"
-               if waiting else ""))
+    return (
+        f"restored {report.files} file(s), {report.bytes} bytes"
+        + (f" ({kept} newer local kept)" if kept else "")
+        + f"; checkpointing {', '.join(live) or 'nothing yet'} every {interval:g}s "
+        f"(mode {mode})"
+        + (f"; no live tree yet (taken once it appears): {', '.join(waiting)}" if waiting else "")
+    )
 
 
 class Runner:
     """Restore, check the durable side against the index, then checkpoint every
     `interval` seconds in a thread; final pass on stop."""
 
-    def __init__(self, engine: Engine | Config, *, interval: float | None = None,
-                 watch: bool = True, rescan_interval: float | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine | Config,
+        *,
+        interval: float | None = None,
+        watch: bool = True,
+        rescan_interval: float | None = None,
+    ) -> None:
         self.engine = engine if isinstance(engine, Engine) else Engine(engine)
         cfg = self.engine.config
         self.interval = float(interval if interval is not None else cfg.interval)
@@ -77,7 +84,8 @@ class Runner:
             self.watcher = Watcher(
                 {s.name: s.live for s in cfg.adapters},
                 rescan_interval=rescan_interval or cfg.rescan_interval,
-                skip_dirs={s.name: self.engine.skip_dirs(s) for s in cfg.adapters})
+                skip_dirs={s.name: self.engine.skip_dirs(s) for s in cfg.adapters},
+            )
         self._mutex = threading.Lock()  # one pass at a time
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -112,9 +120,11 @@ class Runner:
         self._running = True
         self._thread = threading.Thread(target=self._loop, name="syncengine-runner", daemon=True)
         self._thread.start()
-        log.info("runner.started %s", describe_start(report, self.engine.config, self.interval,
-                                                       self.mode),
-                 extra={"event": "runner.started"})
+        log.info(
+            "runner.started %s",
+            describe_start(report, self.engine.config, self.interval, self.mode),
+            extra={"event": "runner.started"},
+        )
         return report
 
     def stop(self) -> Report | None:
@@ -158,8 +168,10 @@ class Runner:
         deadline = None if timeout is None else time.monotonic() + timeout
         report = self._pass("now", wait=True, full=True, deadline=deadline)
         if report.skipped_busy:
-            raise LockBusy(f"checkpoint_now: another checkpoint or restore held the state lock "
-                           f"for more than {timeout}s")
+            raise LockBusy(
+                f"checkpoint_now: another checkpoint or restore held the state lock "
+                f"for more than {timeout}s"
+            )
         return report
 
     def _loop(self) -> None:
@@ -167,24 +179,33 @@ class Runner:
             try:
                 self._pass("timer", wait=False)
             except Exception as exc:  # never let the loop die; retried next interval
-                log.error("runner.pass-failed kind=timer error=%s", exc,
-                          extra={"event": "runner.pass-failed"})
+                log.error(
+                    "runner.pass-failed kind=timer error=%s",
+                    exc,
+                    extra={"event": "runner.pass-failed"},
+                )
 
-    def _pass(self, kind: str, *, wait: bool, full: bool = False,
-              deadline: float | None = None) -> Report:
+    def _pass(
+        self, kind: str, *, wait: bool, full: bool = False, deadline: float | None = None
+    ) -> Report:
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not self._mutex.acquire(timeout=-1 if remaining is None else remaining):
             raise LockBusy(f"checkpoint_now: a checkpoint still running after {remaining}s")
         try:
             taken = self.watcher.take() if self.watcher is not None else None
             hints = None if full else taken
-            log.info("runner.pass-start kind=%s mode=%s", kind,
-                     "walk" if hints is None else "events", extra={"event": "runner.pass-start"})
+            log.info(
+                "runner.pass-start kind=%s mode=%s",
+                kind,
+                "walk" if hints is None else "events",
+                extra={"event": "runner.pass-start"},
+            )
             lock_timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 # the stop pass is final: logs to their exact end, and every chain recorded
-                report = self.engine.checkpoint(wait=wait, hints=hints, lock_timeout=lock_timeout,
-                                                final=kind == "final")
+                report = self.engine.checkpoint(
+                    wait=wait, hints=hints, lock_timeout=lock_timeout, final=kind == "final"
+                )
             except Exception as exc:
                 self._failed(kind, taken, str(exc))
                 if kind == "final" or not self._running:
@@ -202,9 +223,16 @@ class Runner:
                 self.last_error = None
             else:
                 self._failed(kind, taken, describe_failure(report).splitlines()[0])
-            log.info("runner.pass-end kind=%s files=%d bytes=%d ok=%s busy=%s duration=%.3f",
-                     kind, report.files, report.bytes, report.ok, report.skipped_busy,
-                     report.duration_s, extra={"event": "runner.pass-end"})
+            log.info(
+                "runner.pass-end kind=%s files=%d bytes=%d ok=%s busy=%s duration=%.3f",
+                kind,
+                report.files,
+                report.bytes,
+                report.ok,
+                report.skipped_busy,
+                report.duration_s,
+                extra={"event": "runner.pass-end"},
+            )
             self._write_status()
             return report
         finally:
@@ -221,8 +249,13 @@ class Runner:
         # The final pass always says it: it decides what stays durable.
         level = logging.DEBUG if error == self.last_error and kind != "final" else logging.ERROR
         self.last_error = error
-        log.log(level, "runner.pass-incomplete kind=%s error=%s (retried next pass)", kind,
-                error, extra={"event": "runner.pass-incomplete"})
+        log.log(
+            level,
+            "runner.pass-incomplete kind=%s error=%s (retried next pass)",
+            kind,
+            error,
+            extra={"event": "runner.pass-incomplete"},
+        )
 
     # -- observability -------------------------------------------------------
     @property
@@ -233,19 +266,30 @@ class Runner:
         """Mode, pending changed paths per adapter, last pass, last error."""
         pending = self.watcher.pending() if self.watcher is not None else {}
         return {
-            "pid": os.getpid(), "running": self._running, "mode": self.mode,
-            "interval": self.interval, "passes": self.passes,
-            "last_pass_ns": self.last_pass_ns, "last_ok_ns": self.last_ok_ns,
-            "last_error": self.last_error, "final_ok": self.final_ok,
+            "pid": os.getpid(),
+            "running": self._running,
+            "mode": self.mode,
+            "interval": self.interval,
+            "passes": self.passes,
+            "last_pass_ns": self.last_pass_ns,
+            "last_ok_ns": self.last_ok_ns,
+            "last_error": self.last_error,
+            "final_ok": self.final_ok,
             "watch_error": self.watcher.last_error if self.watcher is not None else None,
             "overflows": self.watcher.overflows if self.watcher is not None else 0,
-            "pending": pending, "updated_ns": time.time_ns(),
+            "pending": pending,
+            "updated_ns": time.time_ns(),
         }
 
     def _write_status(self) -> None:
         try:
-            savefile.write_file(self._status_path, json.dumps(self.status()).encode(),
-                                mode=0o600, fsync=False)
+            savefile.write_file(
+                self._status_path, json.dumps(self.status()).encode(), mode=0o600, fsync=False
+            )
         except OSError as exc:
-            log.warning("runner.status-unwritable path=%s error=%s", self._status_path, exc,
-                        extra={"event": "runner.status-unwritable"})
+            log.warning(
+                "runner.status-unwritable path=%s error=%s",
+                self._status_path,
+                exc,
+                extra={"event": "runner.status-unwritable"},
+            )

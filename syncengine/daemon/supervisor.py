@@ -46,8 +46,15 @@ FINAL_INCOMPLETE = 75  # COMMAND exited 0, the final checkpoint did not complete
 class Supervisor:
     """Run one command under a `Runner`; `run()` returns the exit status to use."""
 
-    def __init__(self, runner: Runner, command: Sequence[str], *, grace: float = 1.0,
-                 stop_timeout: float = 10.0, reap_orphans: bool | None = None) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        command: Sequence[str],
+        *,
+        grace: float = 1.0,
+        stop_timeout: float = 10.0,
+        reap_orphans: bool | None = None,
+    ) -> None:
         self.runner = runner
         self.command = list(command)
         self.grace = grace
@@ -112,8 +119,12 @@ class Supervisor:
             if pid == child.pid:
                 self.status = os.waitstatus_to_exitcode(wstatus)
                 child.returncode = self.status  # Popen must not wait for it again
-                log.info("run.child-exited pid=%d status=%d", pid, self.status,
-                         extra={"event": "run.child-exited"})
+                log.info(
+                    "run.child-exited pid=%d status=%d",
+                    pid,
+                    self.status,
+                    extra={"event": "run.child-exited"},
+                )
                 if not self.reap_orphans:
                     return
             else:
@@ -131,9 +142,13 @@ class Supervisor:
             self._sleep(remaining)
 
     def _log_signals(self) -> None:
-        for sig in self.signals[self._reported:]:
-            log.info("run.signal sig=%s forwarded to pid=%s", signal.Signals(sig).name,
-                     self.child.pid if self.child else "-", extra={"event": "run.signal"})
+        for sig in self.signals[self._reported :]:
+            log.info(
+                "run.signal sig=%s forwarded to pid=%s",
+                signal.Signals(sig).name,
+                self.child.pid if self.child else "-",
+                extra={"event": "run.signal"},
+            )
         self._reported = len(self.signals)
 
     # -- the run ---------------------------------------------------------------
@@ -150,8 +165,10 @@ class Supervisor:
         try:
             self.runner.start()
         except Incomplete as exc:
-            print(f"syncengine run: {exc}\nsyncengine run: not starting {self.command[0]}",
-                  file=sys.stderr)
+            print(
+                f"syncengine run: {exc}\nsyncengine run: not starting {self.command[0]}",
+                file=sys.stderr,
+            )
             return 1
         if self.signals:
             self._final()
@@ -159,25 +176,36 @@ class Supervisor:
         try:
             self.child = subprocess.Popen(self.command)
         except OSError as exc:
-            print(f"syncengine run: cannot start {self.command[0]}: {exc.strerror}",
-                  file=sys.stderr)
+            print(
+                f"syncengine run: cannot start {self.command[0]}: {exc.strerror}", file=sys.stderr
+            )
             self._final()
             return 127 if isinstance(exc, FileNotFoundError) else 126
-        log.info("run.started pid=%d command=%s", self.child.pid, " ".join(self.command),
-                 extra={"event": "run.started"})
+        log.info(
+            "run.started pid=%d command=%s",
+            self.child.pid,
+            " ".join(self.command),
+            extra={"event": "run.started"},
+        )
         self._wait_child(None, until_signal=True)
         if self.status is None:
             t_signal = time.monotonic()
             self._wait_child(t_signal + self.grace)
             self._final()
             if self.status is None:
-                log.warning("run.child-still-running pid=%d: waiting up to %.1fs, then SIGKILL",
-                            self.child.pid, self.stop_timeout,
-                            extra={"event": "run.child-still-running"})
+                log.warning(
+                    "run.child-still-running pid=%d: waiting up to %.1fs, then SIGKILL",
+                    self.child.pid,
+                    self.stop_timeout,
+                    extra={"event": "run.child-still-running"},
+                )
                 self._wait_child(t_signal + self.stop_timeout)
                 if self.status is None:
-                    log.warning("run.kill pid=%d after stop timeout", self.child.pid,
-                                extra={"event": "run.kill"})
+                    log.warning(
+                        "run.kill pid=%d after stop timeout",
+                        self.child.pid,
+                        extra={"event": "run.kill"},
+                    )
                     self.child.kill()
                     self._wait_child(None)
                 self._checkpoint("after-exit")
@@ -186,9 +214,12 @@ class Supervisor:
         assert self.status is not None
         code = 128 - self.status if self.status < 0 else self.status
         if code == 0 and self.final_ok is False:
-            log.error("run.exit status=%d: COMMAND exited 0 but the final checkpoint was "
-                      "incomplete (see the errors above; `syncengine status` shows them)",
-                      FINAL_INCOMPLETE, extra={"event": "run.exit"})
+            log.error(
+                "run.exit status=%d: COMMAND exited 0 but the final checkpoint was "
+                "incomplete (see the errors above; `syncengine status` shows them)",
+                FINAL_INCOMPLETE,
+                extra={"event": "run.exit"},
+            )
             return FINAL_INCOMPLETE
         return code
 
@@ -196,26 +227,42 @@ class Supervisor:
         try:
             report = self.runner.stop()
         except Exception as exc:
-            log.error("run.final-checkpoint-failed error=%s", exc,
-                      extra={"event": "run.final-checkpoint-failed"})
+            log.error(
+                "run.final-checkpoint-failed error=%s",
+                exc,
+                extra={"event": "run.final-checkpoint-failed"},
+            )
             self.final_ok = False
             return
         self.final_ok = report is None or report.ok
         if report is not None and not report.ok:
-            log.error("run.final-checkpoint-incomplete files=%d errors=%d", report.files,
-                      len(report.errors), extra={"event": "run.final-checkpoint-incomplete"})
+            log.error(
+                "run.final-checkpoint-incomplete files=%d errors=%d",
+                report.files,
+                len(report.errors),
+                extra={"event": "run.final-checkpoint-incomplete"},
+            )
 
     def _checkpoint(self, kind: str) -> None:
         try:
             report = self.runner.checkpoint_now()
         except Exception as exc:
-            log.error("run.checkpoint-failed kind=%s error=%s", kind, exc,
-                      extra={"event": "run.checkpoint-failed"})
+            log.error(
+                "run.checkpoint-failed kind=%s error=%s",
+                kind,
+                exc,
+                extra={"event": "run.checkpoint-failed"},
+            )
             self.final_ok = False
             return
         self.final_ok = report.ok
-        log.info("run.checkpoint kind=%s files=%d ok=%s", kind, report.files, report.ok,
-                 extra={"event": "run.checkpoint"})
+        log.info(
+            "run.checkpoint kind=%s files=%d ok=%s",
+            kind,
+            report.files,
+            report.ok,
+            extra={"event": "run.checkpoint"},
+        )
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:

@@ -49,13 +49,23 @@ log = logging.getLogger("syncengine")
 
 HINT_LIMIT = 10_000
 # DirAttribEvent: a chmod of a directory (its mode is recorded in the manifest).
-EVENTS = [FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileAttribEvent,
-          FileDeletedEvent, FileMovedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent,
-          DirAttribEvent]
+EVENTS = [
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+    FileAttribEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    DirAttribEvent,
+]
 
 
-def _make_observer(on_overflow: Callable[[], None], on_error: Callable[[str], None]
-                   ) -> BaseObserver:
+def _make_observer(
+    on_overflow: Callable[[], None], on_error: Callable[[str], None]
+) -> BaseObserver:
     """An inotify observer whose own InotifyFD reports queue overflow and errors.
 
     This is the one place that uses watchdog's private inotify classes, which is
@@ -117,7 +127,7 @@ class _Handler(FileSystemEventHandler):
     def _add(self, path: str | bytes) -> None:
         p = os.fsdecode(path)
         if p.startswith(self.prefix):
-            rel = p[len(self.prefix):]
+            rel = p[len(self.prefix) :]
             if rel and rel not in self.skip and not rel.startswith(self.skip_under):
                 self.watcher.add(self.name, rel)
 
@@ -130,9 +140,14 @@ class _Handler(FileSystemEventHandler):
 class Watcher:
     """Collects changed relative paths per adapter between passes (thread-safe)."""
 
-    def __init__(self, roots: Mapping[str, Path], *, rescan_interval: float,
-                 skip_dirs: Mapping[str, frozenset[str]] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        roots: Mapping[str, Path],
+        *,
+        rescan_interval: float,
+        skip_dirs: Mapping[str, frozenset[str]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.roots = {n: os.fspath(r) for n, r in roots.items()}
         self.rescan_interval = rescan_interval
         self.skip = {n: (skip_dirs or {}).get(n, frozenset()) for n in self.roots}
@@ -157,15 +172,21 @@ class Watcher:
             pending.add(rel)
             if len(pending) > HINT_LIMIT:
                 self._pending[name] = None
-                log.info("watch.burst adapter=%s paths>%d: next pass walks the tree", name,
-                         HINT_LIMIT, extra={"event": "watch.burst"})
+                log.info(
+                    "watch.burst adapter=%s paths>%d: next pass walks the tree",
+                    name,
+                    HINT_LIMIT,
+                    extra={"event": "watch.burst"},
+                )
 
     def _overflow(self) -> None:
         with self._lock:
             self.overflows += 1
             self._pending = dict.fromkeys(self.roots)
-        log.warning("watch.overflow inotify queue overflowed: next pass walks every tree",
-                    extra={"event": "watch.overflow"})
+        log.warning(
+            "watch.overflow inotify queue overflowed: next pass walks every tree",
+            extra={"event": "watch.overflow"},
+        )
 
     def _failed(self, reason: str) -> None:
         with self._lock:
@@ -191,9 +212,12 @@ class Watcher:
 
     def _give_up(self, reason: str) -> None:
         self.last_error = reason
-        log.warning("watch.unavailable %s; falling back to walking the trees every pass "
-                    "(raise fs.inotify.max_user_watches / max_user_instances to use events)",
-                    reason, extra={"event": "watch.unavailable"})
+        log.warning(
+            "watch.unavailable %s; falling back to walking the trees every pass "
+            "(raise fs.inotify.max_user_watches / max_user_instances to use events)",
+            reason,
+            extra={"event": "watch.unavailable"},
+        )
         self._halt()
         self._next_retry = self.clock() + self.rescan_interval
 
@@ -202,8 +226,12 @@ class Watcher:
             if name in self._watched or self._observer is None or not os.path.isdir(root):
                 continue
             try:
-                self._observer.schedule(_Handler(self, name, root, self.skip[name]), root,
-                                        recursive=True, event_filter=EVENTS)
+                self._observer.schedule(
+                    _Handler(self, name, root, self.skip[name]),
+                    root,
+                    recursive=True,
+                    event_filter=EVENTS,
+                )
             except Exception as exc:
                 self._give_up(f"cannot watch {root}: {exc}")
                 return
@@ -232,8 +260,10 @@ class Watcher:
                 self._pending = dict.fromkeys(self.roots)
         with self._lock:
             out = self._pending
-            self._pending = {n: set() if n in self._watched and self._observer is not None
-                             else None for n in self.roots}
+            self._pending = {
+                n: set() if n in self._watched and self._observer is not None else None
+                for n in self.roots
+            }
         return out
 
     def give_back(self, hints: Mapping[str, set[str] | None]) -> None:

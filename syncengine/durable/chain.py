@@ -73,10 +73,13 @@ def chain_dir(relpath: str, chain: str) -> str:
     return f"{SEG_DIR}/{relpath}.d/{chain}"
 
 
-def object_name(relpath: str, chain: str, seq: int, start: int, end: int, hash64: int,
-                mtime_ns: int) -> str:
-    return (f"{chain_dir(relpath, chain)}/{seq:08d}-{start:012d}-{end:012d}-"
-            f"{hash64:016x}-{mtime_ns}.seg")
+def object_name(
+    relpath: str, chain: str, seq: int, start: int, end: int, hash64: int, mtime_ns: int
+) -> str:
+    return (
+        f"{chain_dir(relpath, chain)}/{seq:08d}-{start:012d}-{end:012d}-"
+        f"{hash64:016x}-{mtime_ns}.seg"
+    )
 
 
 @attrs.frozen
@@ -103,8 +106,14 @@ def parse(reldir: str, name: str) -> Piece | None:
     m = _NAME.match(name)
     if m is None or int(m[3]) < int(m[2]):
         return None
-    return Piece(f"{reldir}/{name}", int(m[1]), int(m[2]), int(m[3]),
-                 int(m[4], 16) if m[4] else None, int(m[5]) if m[5] else None)
+    return Piece(
+        f"{reldir}/{name}",
+        int(m[1]),
+        int(m[2]),
+        int(m[3]),
+        int(m[4], 16) if m[4] else None,
+        int(m[5]) if m[5] else None,
+    )
 
 
 @attrs.frozen
@@ -134,23 +143,41 @@ class Chain:
         """
         e = self.entry
         plain = {PLAIN: e.extra[PLAIN]} if PLAIN in e.extra else {}
-        return Entry(e.path, "segments", self.size, self.mtime_ns, e.mode,
-                     e.hash if hash64 is None and len(self.pieces) == self.recorded else hash64,
-                     extra={"chain": e.extra["chain"], "lens": [p.length for p in self.pieces],
-                            LOCAL: {"recorded": self.recorded}, **plain})
+        return Entry(
+            e.path,
+            "segments",
+            self.size,
+            self.mtime_ns,
+            e.mode,
+            e.hash if hash64 is None and len(self.pieces) == self.recorded else hash64,
+            extra={
+                "chain": e.extra["chain"],
+                "lens": [p.length for p in self.pieces],
+                LOCAL: {"recorded": self.recorded},
+                **plain,
+            },
+        )
 
 
 def chain_of(entry: Entry, operation: str = "restore") -> tuple[str, list[int]]:
     """(chain, lens) of a manifest entry of kind ``segments``, checked."""
     chain = entry.extra.get("chain")
     lens = entry.extra.get("lens")
-    if (not isinstance(chain, str) or "/" in chain or chain in ("", ".", "..")
-            or not isinstance(lens, list) or not lens
-            or not all(isinstance(n, int) and n >= 0 for n in lens)):
+    if (
+        not isinstance(chain, str)
+        or "/" in chain
+        or chain in ("", ".", "..")
+        or not isinstance(lens, list)
+        or not lens
+        or not all(isinstance(n, int) and n >= 0 for n in lens)
+    ):
         raise SourceError(entry.path, operation, "manifest entry has no valid segment chain")
     if sum(lens) != entry.size:
-        raise SourceError(entry.path, operation, f"the manifest's segments cover {sum(lens)} "
-                          f"bytes, its size says {entry.size}")
+        raise SourceError(
+            entry.path,
+            operation,
+            f"the manifest's segments cover {sum(lens)} bytes, its size says {entry.size}",
+        )
     return chain, lens
 
 
@@ -186,10 +213,13 @@ def resolve(entry: Entry, pieces: Iterable[Piece]) -> Chain:
     for seq, length in enumerate(lens):
         same = [p for p in by_seq.get(seq, ()) if p.start == pos and p.end == pos + length]
         if not same:
-            raise SourceError(entry.path, "restore",
-                              f"segment {seq:08d}-{pos:012d}-{pos + length:012d} of "
-                              f"{chain_dir(entry.path, chain)} is missing: refusing to "
-                              "restore a shorter file")
+            raise SourceError(
+                entry.path,
+                "restore",
+                f"segment {seq:08d}-{pos:012d}-{pos + length:012d} of "
+                f"{chain_dir(entry.path, chain)} is missing: refusing to "
+                "restore a shorter file",
+            )
         path.append(max(same, key=_newest))
         pos += length
     _refuse_gaps(entry, by_seq)
@@ -206,17 +236,18 @@ def _refuse_gaps(entry: Entry, by_seq: dict[int, list[Piece]]) -> None:
     ends = {seq: {p.end for p in here} for seq, here in by_seq.items()}
     for seq in sorted(by_seq):
         before = {0} if seq == 0 else ends.get(seq - 1, set())  # seq 0 starts at 0
-        orphans = sorted((p for p in by_seq[seq] if p.start not in before),
-                         key=lambda p: p.start)
+        orphans = sorted((p for p in by_seq[seq] if p.start not in before), key=lambda p: p.start)
         if orphans:
             p = orphans[0]
-            raise SourceError(entry.path, "restore",
-                              f"segment {seq - 1:08d}-...-{p.start:012d} is missing (found "
-                              f"{p.label} after it): refusing to restore a file with a gap")
+            raise SourceError(
+                entry.path,
+                "restore",
+                f"segment {seq - 1:08d}-...-{p.start:012d} is missing (found "
+                f"{p.label} after it): refusing to restore a file with a gap",
+            )
 
 
-def _best_continuations(by_seq: dict[int, list[Piece]], first: int
-                        ) -> dict[tuple[int, int], Piece]:
+def _best_continuations(by_seq: dict[int, list[Piece]], first: int) -> dict[tuple[int, int], Piece]:
     """For each (seq, start) from `first` on: the object to take there.
 
     The winner leads to the object published last (its live mtime, then its
@@ -240,8 +271,9 @@ def _best_continuations(by_seq: dict[int, list[Piece]], first: int
 # -- reading -----------------------------------------------------------------
 
 
-def read(chain: Chain, durable: Store, sink: Callable[[memoryview], object] | None
-         ) -> tuple[Chain, int]:
+def read(
+    chain: Chain, durable: Store, sink: Callable[[memoryview], object] | None
+) -> tuple[Chain, int]:
     """Feed the log's bytes to `sink` in order; raise SourceError naming any bad object.
 
     Returns the chain as read (without an ignored torn last object) and the
@@ -255,14 +287,24 @@ def read(chain: Chain, durable: Store, sink: Callable[[memoryview], object] | No
         with _open_piece(durable, entry, piece) as obj:
             size = obj.info.size
             if size < piece.length and i == len(chain.pieces) - 1 and i >= chain.recorded:
-                log.warning("segments.torn-ignored path=%s object=%s bytes=%d of %d: an "
-                            "unrecorded last segment cut short (a killed publish); the log "
-                            "ends before it", entry.path, piece.name, size, piece.length)
+                log.warning(
+                    "segments.torn-ignored path=%s object=%s bytes=%d of %d: an "
+                    "unrecorded last segment cut short (a killed publish); the log "
+                    "ends before it",
+                    entry.path,
+                    piece.name,
+                    size,
+                    piece.length,
+                    extra={"event": "segments.torn-ignored"},
+                )
                 return _trimmed(chain, i), h.intdigest()
             if size != piece.length:
-                raise SourceError(entry.path, "restore",
-                                  f"segment {piece.name} has {size} bytes, its range says "
-                                  f"{piece.length}: corrupt, refusing to restore")
+                raise SourceError(
+                    entry.path,
+                    "restore",
+                    f"segment {piece.name} has {size} bytes, its range says "
+                    f"{piece.length}: corrupt, refusing to restore",
+                )
             own = xxhash.xxh3_64()
 
             def feed(chunk: memoryview, own: Any = own) -> None:
@@ -270,18 +312,31 @@ def read(chain: Chain, durable: Store, sink: Callable[[memoryview], object] | No
                 if sink is not None:
                     sink(chunk)
 
-            n, digest = stream(obj.file, piece.length, feed, src_name=durable.where(piece.name),
-                               dst_name=entry.path, hasher=h)
+            n, digest = stream(
+                obj.file,
+                piece.length,
+                feed,
+                src_name=durable.where(piece.name),
+                dst_name=entry.path,
+                hasher=h,
+            )
         if n != piece.length:
             raise SourceError(entry.path, "restore", f"segment {piece.name} is short")
         if piece.hash64 is not None and own.intdigest() != piece.hash64:
-            raise SourceError(entry.path, "restore", f"segment {piece.name}: content hash "
-                              "differs from its name: corrupt, refusing to restore")
+            raise SourceError(
+                entry.path,
+                "restore",
+                f"segment {piece.name}: content hash "
+                "differs from its name: corrupt, refusing to restore",
+            )
         if i == chain.recorded - 1 and entry.hash is not None and digest != entry.hash:
-            raise SourceError(entry.path, "restore",
-                              f"content hash differs from the manifest: a segment of "
-                              f"{chain_dir(entry.path, chain_of(entry)[0])} is corrupt; "
-                              "refusing to restore")
+            raise SourceError(
+                entry.path,
+                "restore",
+                f"content hash differs from the manifest: a segment of "
+                f"{chain_dir(entry.path, chain_of(entry)[0])} is corrupt; "
+                "refusing to restore",
+            )
     return chain, h.intdigest()
 
 
@@ -291,8 +346,11 @@ def _open_piece(durable: Store, entry: Entry, piece: Piece) -> Iterator[Opened]:
         with durable.open(piece.name) as obj:
             yield obj
     except FileNotFoundError as exc:
-        raise SourceError(entry.path, "restore", f"segment {piece.name} is missing: "
-                          "refusing to restore a shorter file") from exc
+        raise SourceError(
+            entry.path,
+            "restore",
+            f"segment {piece.name} is missing: refusing to restore a shorter file",
+        ) from exc
 
 
 def plain_copy(durable: Store, entry: Entry, chain_size: int) -> ObjectInfo | None:
@@ -305,14 +363,23 @@ def plain_copy(durable: Store, entry: Entry, chain_size: int) -> ObjectInfo | No
         raise
     except (OSError, DurableError) as exc:
         if not isinstance(exc, FileNotFoundError):
-            log.warning("segments.plain-unreadable path=%s error=%s: restored from its chain",
-                        entry.path, exc)
+            log.warning(
+                "segments.plain-unreadable path=%s error=%s: restored from its chain",
+                entry.path,
+                exc,
+                extra={"event": "segments.plain-unreadable"},
+            )
         return None
     return info if info.kind == "file" and info.size > chain_size else None
 
 
-def extend(durable: Store, entry: Entry, chain_size: int, chain_hash: int,
-           sink: Callable[[memoryview], object]) -> tuple[int, int, int] | None:
+def extend(
+    durable: Store,
+    entry: Entry,
+    chain_size: int,
+    chain_hash: int,
+    sink: Callable[[memoryview], object],
+) -> tuple[int, int, int] | None:
     """Feed `sink` what the plain copy holds after the chain's `chain_size` bytes, if it
     extends the chain (module doc); return (its size, its mtime_ns, the xxh3 of it whole),
     or None with nothing fed."""
@@ -326,8 +393,14 @@ def extend(durable: Store, entry: Entry, chain_size: int, chain_hash: int,
         raise durable_error("read", name, exc) from exc
 
 
-def _extend(obj: Opened, name: str, entry: Entry, chain_size: int, chain_hash: int,
-            sink: Callable[[memoryview], object]) -> tuple[int, int, int] | None:
+def _extend(
+    obj: Opened,
+    name: str,
+    entry: Entry,
+    chain_size: int,
+    chain_hash: int,
+    sink: Callable[[memoryview], object],
+) -> tuple[int, int, int] | None:
     size, f = obj.info.size, obj.file
     if size <= chain_size:
         return None
@@ -342,17 +415,30 @@ def _extend(obj: Opened, name: str, entry: Entry, chain_size: int, chain_hash: i
         if n != chain_size or digest != chain_hash:
             why = "does not start with the chain's content"
     if why is not None:
-        log.warning("segments.plain-ignored path=%s: the plain copy (%d bytes) is longer "
-                    "than the chain (%d) but %s; restored from the chain", entry.path,
-                    size, chain_size, why)
+        log.warning(
+            "segments.plain-ignored path=%s: the plain copy (%d bytes) is longer "
+            "than the chain (%d) but %s; restored from the chain",
+            entry.path,
+            size,
+            chain_size,
+            why,
+            extra={"event": "segments.plain-ignored"},
+        )
         return None
     n, digest = stream(f, size - chain_size, sink, src_name=name, dst_name=entry.path, hasher=h)
     if n != size - chain_size:
-        raise SourceError(entry.path, "restore", f"the plain copy {name} changed while it was "
-                          "read: restore again")
-    log.info("segments.plain-newer path=%s bytes=%d: the plain copy extends the chain (%d "
-             "bytes); restored with its %d more", entry.path, size, chain_size,
-             size - chain_size)
+        raise SourceError(
+            entry.path, "restore", f"the plain copy {name} changed while it was read: restore again"
+        )
+    log.info(
+        "segments.plain-newer path=%s bytes=%d: the plain copy extends the chain (%d "
+        "bytes); restored with its %d more",
+        entry.path,
+        size,
+        chain_size,
+        size - chain_size,
+        extra={"event": "segments.plain-newer"},
+    )
     return size, obj.info.mtime_ns, digest
 
 
@@ -376,14 +462,19 @@ def export(store: Store, entry: Entry, out: BinaryIO) -> int:
         elif entry.kind == "file":
             try:
                 with store.open(entry.location) as obj:
-                    n, digest = stream(obj.file, None, tmp.write, src_name=entry.location,
-                                       dst_name="export")
+                    n, digest = stream(
+                        obj.file, None, tmp.write, src_name=entry.location, dst_name="export"
+                    )
             except FileNotFoundError as exc:
-                raise SourceError(entry.path, "export", f"{entry.location} is missing on the "
-                                  "durable side") from exc
+                raise SourceError(
+                    entry.path, "export", f"{entry.location} is missing on the durable side"
+                ) from exc
             if entry.hash is not None and (digest != entry.hash or n != entry.size):
-                raise SourceError(entry.path, "export", "the durable file differs from the "
-                                  "manifest (corrupt or newer)")
+                raise SourceError(
+                    entry.path,
+                    "export",
+                    "the durable file differs from the manifest (corrupt or newer)",
+                )
         else:
             raise SourceError(entry.path, "export", f"a {entry.kind} entry is not a file")
         size = tmp.tell()

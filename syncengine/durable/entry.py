@@ -89,15 +89,18 @@ class Entry:
         if not isinstance(kind, str) or not _KIND.match(kind) or kind == INVALID:
             raise ValueError(f"kind {kind!r} is not a known or well-formed entry kind")
         symlink = kind == "symlink"
-        extra = {} if data.keys() <= _KNOWN else {
-            k: v for k, v in data.items() if k not in _KNOWN and not k.startswith("_")}
+        extra = (
+            {}
+            if data.keys() <= _KNOWN
+            else {k: v for k, v in data.items() if k not in _KNOWN and not k.startswith("_")}
+        )
         if kind == "dir":  # a mode is all it records: it must be there, and valid
             if "mode" not in data:
                 raise ValueError("mode is missing (a directory entry records its mode)")
-            return cls(path=path, kind=kind, mode=_int(data, "mode", 0, 0, 0o7777 + 1),
-                       extra=extra)
+            return cls(path=path, kind=kind, mode=_int(data, "mode", 0, 0, 0o7777 + 1), extra=extra)
         return cls(
-            path=path, kind=kind,
+            path=path,
+            kind=kind,
             size=0 if symlink else _int(data, "size", 0, 0, _INT64),
             mtime_ns=_int(data, "mtime_ns", 0, -_INT64 + 1, _INT64),
             mode=0o644 if symlink else _int(data, "mode", 0o644, 0, 0o7777 + 1),

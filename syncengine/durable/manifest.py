@@ -97,12 +97,24 @@ def list_objects(store: Store) -> list[tuple[int, str, str]]:
     return sorted(out)
 
 
-def encode(adapter: str, seq: int, kind: str, entries: Iterable[Entry], *,
-           created_ns: int, in_place: bool = False) -> bytes:
+def encode(
+    adapter: str,
+    seq: int,
+    kind: str,
+    entries: Iterable[Entry],
+    *,
+    created_ns: int,
+    in_place: bool = False,
+) -> bytes:
     """One object's bytes.  `in_place`: written under its final name (a mount without
     rename), so a killed writer may leave it cut short (see the module docstring)."""
-    header = {"syncengine_manifest": FORMAT, "adapter": adapter, "seq": seq, "type": kind,
-              "created_ns": created_ns}
+    header = {
+        "syncengine_manifest": FORMAT,
+        "adapter": adapter,
+        "seq": seq,
+        "type": kind,
+        "created_ns": created_ns,
+    }
     if in_place:
         header["in_place"] = True
     lines = [json.dumps(header)]
@@ -164,16 +176,21 @@ def is_torn(data: bytes) -> bool:
         rows = [json.loads(line) for line in lines[1:]]
     except (ValueError, RecursionError):
         return False
-    return (isinstance(header, dict) and header.get("syncengine_manifest") == FORMAT
-            and all(isinstance(r, dict) and ("end" not in r or "path" in r) for r in rows))
+    return (
+        isinstance(header, dict)
+        and header.get("syncengine_manifest") == FORMAT
+        and all(isinstance(r, dict) and ("end" not in r or "path" in r) for r in rows)
+    )
 
 
-def write(store: Store, adapter: str, seq: int, kind: str, entries: Iterable[Entry], *,
-          created_ns: int) -> str:
+def write(
+    store: Store, adapter: str, seq: int, kind: str, entries: Iterable[Entry], *, created_ns: int
+) -> str:
     """Publish one manifest object; return its name."""
     name = object_name(seq, kind)
-    data = encode(adapter, seq, kind, entries, created_ns=created_ns,
-                  in_place=store.writes_in_place())
+    data = encode(
+        adapter, seq, kind, entries, created_ns=created_ns, in_place=store.writes_in_place()
+    )
     store.put_bytes(name, data, if_absent=True, mode=0o600)
     return name
 
@@ -216,8 +233,10 @@ class _Loader:
         expected = base_seq + 1
         for seq, kind, name in (o for o in self.objects if o[0] > base_seq):
             if seq > expected:
-                self.problems.append(f"{self._dir()}: objects {expected:012d} to "
-                                     f"{seq - 1:012d} are missing (a gap in the manifest)")
+                self.problems.append(
+                    f"{self._dir()}: objects {expected:012d} to "
+                    f"{seq - 1:012d} are missing (a gap in the manifest)"
+                )
             expected = seq + 1
             if kind == "delta":  # an unreadable base after the one used was judged above
                 got = self._read(seq, kind, name)
@@ -226,10 +245,15 @@ class _Loader:
                     deltas += 1
         torn = self.cut is not None and self._judge_cut(*self.cut)
         return ManifestState(
-            entries=self.entries, last_seq=self.newest, base_seq=base_seq,
+            entries=self.entries,
+            last_seq=self.newest,
+            base_seq=base_seq,
             deltas_since_base=COMPACT_AFTER if torn else deltas,
-            problems=tuple(self.problems), warnings=tuple(self.warnings),
-            invalid=self.invalid, readable=bool(base_seq or deltas))
+            problems=tuple(self.problems),
+            warnings=tuple(self.warnings),
+            invalid=self.invalid,
+            readable=bool(base_seq or deltas),
+        )
 
     def _dir(self) -> str:
         return self.store.where(MANIFEST_DIR)
@@ -256,18 +280,24 @@ class _Loader:
         first, newline, _ = data.partition(b"\n")
         in_place = json.loads(first).get("in_place") is True if newline else self.in_place
         if not in_place:
-            self._lost(name, kind, f"cut short at {len(data)} bytes, but written by rename, "
-                       "so it was cut after it was complete")
+            self._lost(
+                name,
+                kind,
+                f"cut short at {len(data)} bytes, but written by rename, "
+                "so it was cut after it was complete",
+            )
             return False
         self.warnings.append(
             f"{self._dir()}/{name}: cut short ({len(data)} bytes, no end marker): a checkpoint "
-            "killed while writing it never completed; the manifest is as of the object before")
+            "killed while writing it never completed; the manifest is as of the object before"
+        )
         return True
 
     def _lost(self, name: str, kind: str, why: str) -> None:
         self.problems.append(
             f"{self._dir()}/{name}: unreadable {kind} ({why}); what it recorded is lost, so "
-            "the restore is incomplete until a newer complete base replaces it")
+            "the restore is incomplete until a newer complete base replaces it"
+        )
 
     def _apply(self, entries: list[Entry]) -> None:
         for e in entries:
@@ -279,6 +309,19 @@ class _Loader:
                 self.entries[e.path] = e
 
 
-__all__ = ["COMPACT_AFTER", "FORMAT", "INVALID", "Entry", "ManifestState", "decode", "encode",
-           "format_hash", "is_torn", "list_objects", "load", "object_name", "parse_hash",
-           "write"]
+__all__ = [
+    "COMPACT_AFTER",
+    "FORMAT",
+    "INVALID",
+    "Entry",
+    "ManifestState",
+    "decode",
+    "encode",
+    "format_hash",
+    "is_torn",
+    "list_objects",
+    "load",
+    "object_name",
+    "parse_hash",
+    "write",
+]

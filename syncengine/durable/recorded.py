@@ -58,8 +58,9 @@ SAME = Verdict()
 NEWER = Verdict(newer=True)
 
 
-def unrecorded_possible(staging_marker: Path, index_meta: Callable[[], Mapping[str, Any]],
-                        last_seq: int) -> bool:
+def unrecorded_possible(
+    staging_marker: Path, index_meta: Callable[[], Mapping[str, Any]], last_seq: int
+) -> bool:
     """Whether a checkpoint may have placed versions no manifest object records yet.
 
     False only when this state dir wrote the newest manifest object itself
@@ -71,8 +72,14 @@ def unrecorded_possible(staging_marker: Path, index_meta: Callable[[], Mapping[s
     return staging_marker.exists() or index_meta().get(WRITTEN_SEQ) != last_seq
 
 
-def judge(entry: Entry, size: int, mtime_ns: int, digest: int | None, *,
-          unrecorded: bool | Callable[[], bool]) -> Verdict:
+def judge(
+    entry: Entry,
+    size: int,
+    mtime_ns: int,
+    digest: int | None,
+    *,
+    unrecorded: bool | Callable[[], bool],
+) -> Verdict:
     """Compare a durable copy (its size, mtime and, when read, xxh3) with its entry.
 
     `unrecorded` (`unrecorded_possible`, or a function answering it) is only
@@ -88,9 +95,10 @@ def judge(entry: Entry, size: int, mtime_ns: int, digest: int | None, *,
     if entry.location.startswith(META_DIR + "/"):
         return Verdict(problem=f"{what}; it is written once under its own name: corrupt")
     if not (unrecorded() if callable(unrecorded) else unrecorded):
-        return Verdict(problem=f"{what}, and no checkpoint was interrupted since the manifest "
-                               "recorded it: corrupt")
+        return Verdict(
+            problem=f"{what}, and no checkpoint was interrupted since the manifest "
+            "recorded it: corrupt"
+        )
     if mtime_ns > entry.mtime_ns:
         return NEWER
-    return Verdict(problem=f"{what} although its mtime is not later than the recorded one: "
-                           "corrupt")
+    return Verdict(problem=f"{what} although its mtime is not later than the recorded one: corrupt")

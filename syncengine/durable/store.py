@@ -155,11 +155,17 @@ class Store(Protocol):
     def writes_in_place(self) -> bool: ...
 
     # -- writing ---------------------------------------------------------
-    def writer(self, key: str, *, mode: int, mtime_ns: int | None = None, unique: bool = False,
-               sync: bool = False) -> AbstractContextManager[ObjectWriter]: ...
+    def writer(
+        self,
+        key: str,
+        *,
+        mode: int,
+        mtime_ns: int | None = None,
+        unique: bool = False,
+        sync: bool = False,
+    ) -> AbstractContextManager[ObjectWriter]: ...
 
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool, mode: int = 0o644
-                  ) -> None: ...
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool, mode: int = 0o644) -> None: ...
 
     def delete(self, key: str) -> bool: ...
 
@@ -185,5 +191,16 @@ class Store(Protocol):
     def list(self, top: str = "") -> Iterator[ObjectInfo]: ...
 
 
-__all__ = ["MANIFEST_DIR", "META_DIR", "OBJECTS_DIR", "STAGING_DIR", "ObjectInfo",
-           "ObjectWriter", "Opened", "Store", "Stream", "Target", "Uploads"]
+__all__ = [
+    "MANIFEST_DIR",
+    "META_DIR",
+    "OBJECTS_DIR",
+    "STAGING_DIR",
+    "ObjectInfo",
+    "ObjectWriter",
+    "Opened",
+    "Store",
+    "Stream",
+    "Target",
+    "Uploads",
+]

@@ -49,9 +49,15 @@ class DirCache:
     used first, so a descriptor is never closed while another thread uses it.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, create: bool = False,
-                 dir_mode: int = 0o700, max_open: int | None = None,
-                 remember_missing: bool = False) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        create: bool = False,
+        dir_mode: int = 0o700,
+        max_open: int | None = None,
+        remember_missing: bool = False,
+    ) -> None:
         self.root = os.fspath(root)
         self.create = create
         # A read-only pass over a tree that does not change meanwhile (planning a
@@ -106,8 +112,9 @@ class DirCache:
         """Open a regular file for reading without following any symlink."""
         with self.parent(relpath) as (dir_fd, name):
             try:
-                return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                               dir_fd=dir_fd)
+                return os.open(
+                    name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd
+                )
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     raise UnsafePath(relpath, "open", "is a symlink; refused") from exc

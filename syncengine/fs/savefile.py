@@ -42,8 +42,11 @@ def temp_mode(mode: int) -> int:
 
 def fsync_dir(path: str | os.PathLike[str] | None = None, *, dir_fd: int | None = None) -> None:
     """fsync a directory so a rename in it survives power loss; ignore what mounts refuse."""
-    fd = os.open(path if path is not None else ".", os.O_RDONLY | os.O_DIRECTORY,
-                 dir_fd=dir_fd) if dir_fd is None or path is not None else dir_fd
+    fd = (
+        os.open(path if path is not None else ".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=dir_fd)
+        if dir_fd is None or path is not None
+        else dir_fd
+    )
     try:
         os.fsync(fd)
     except OSError as exc:
@@ -107,8 +110,9 @@ class Staged:
             written = os.write(self.fd, view)
             view = view[written:]
 
-    def close(self, *, mode: int | None = None, mtime_ns: int | None = None,
-              fsync: bool = False) -> None:
+    def close(
+        self, *, mode: int | None = None, mtime_ns: int | None = None, fsync: bool = False
+    ) -> None:
         """Set mode and mtime (best effort: mounts may refuse), then close (= commit)."""
         if self.closed:
             return
@@ -181,8 +185,7 @@ class Staged:
             pass
 
 
-def _rename_noreplace(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | None
-                      ) -> bool:
+def _rename_noreplace(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: int | None) -> bool:
     """renameat2(RENAME_NOREPLACE): True when done, False when the filesystem (or libc)
     has no such rename and nothing was done; FileExistsError when `dst` exists."""
     import ctypes
@@ -190,9 +193,16 @@ def _rename_noreplace(src: str, dst: str, src_dir_fd: int | None, dst_dir_fd: in
     rename2 = getattr(_c(), "renameat2", None)
     if rename2 is None:
         return False
-    if rename2(_AT_FDCWD if src_dir_fd is None else src_dir_fd, os.fsencode(src),
-               _AT_FDCWD if dst_dir_fd is None else dst_dir_fd, os.fsencode(dst),
-               _RENAME_NOREPLACE) == 0:
+    if (
+        rename2(
+            _AT_FDCWD if src_dir_fd is None else src_dir_fd,
+            os.fsencode(src),
+            _AT_FDCWD if dst_dir_fd is None else dst_dir_fd,
+            os.fsencode(dst),
+            _RENAME_NOREPLACE,
+        )
+        == 0
+    ):
         return True
     err = ctypes.get_errno()
     if err in _NO_RENAME_FLAGS:
@@ -208,8 +218,9 @@ def _best_effort(func: object, *args: object, **kwargs: object) -> None:
             raise
 
 
-def create_temp(directory: str | None = None, *, dir_fd: int | None = None,
-                source_mode: int = 0o600) -> Staged:
+def create_temp(
+    directory: str | None = None, *, dir_fd: int | None = None, source_mode: int = 0o600
+) -> Staged:
     """Create a new, empty, exclusively owned temp file in `directory` (or `dir_fd`)."""
     base = os.urandom(8).hex() + TEMP_SUFFIX
     name = base if directory is None else os.path.join(directory, base)
@@ -218,8 +229,9 @@ def create_temp(directory: str | None = None, *, dir_fd: int | None = None,
     return Staged(fd=fd, name=name, dir_fd=dir_fd)
 
 
-def create_object(path: str | os.PathLike[str], *, source_mode: int = 0o600,
-                  replace: bool = False) -> Staged:
+def create_object(
+    path: str | os.PathLike[str], *, source_mode: int = 0o600, replace: bool = False
+) -> Staged:
     """Create the file `path` to be written once and kept under that name.
 
     For names that are unique already (a new object, a manifest with a new
@@ -233,8 +245,9 @@ def create_object(path: str | os.PathLike[str], *, source_mode: int = 0o600,
 
 
 @contextmanager
-def staged(directory: str | None = None, *, dir_fd: int | None = None,
-           source_mode: int = 0o600) -> Iterator[Staged]:
+def staged(
+    directory: str | None = None, *, dir_fd: int | None = None, source_mode: int = 0o600
+) -> Iterator[Staged]:
     """A temp file that is discarded unless the body published it."""
     tmp = create_temp(directory, dir_fd=dir_fd, source_mode=source_mode)
     try:
@@ -244,8 +257,14 @@ def staged(directory: str | None = None, *, dir_fd: int | None = None,
             tmp.discard()
 
 
-def write_file(path: str | os.PathLike[str], data: bytes, *, staging_dir: str | None = None,
-               mode: int = 0o600, fsync: bool = True) -> None:
+def write_file(
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    staging_dir: str | None = None,
+    mode: int = 0o600,
+    fsync: bool = True,
+) -> None:
     """Replace `path` with `data` as one closed file (local state and manifests)."""
     path = os.fspath(path)
     directory = staging_dir or os.path.dirname(path) or "."
@@ -277,8 +296,9 @@ def place_symlink(target: str, name: str, *, dir_fd: int, mtime_ns: int | None =
     os.symlink(target, tmp, dir_fd=dir_fd)
     try:
         if mtime_ns is not None:
-            _best_effort(os.utime, tmp, ns=(mtime_ns, mtime_ns), dir_fd=dir_fd,
-                         follow_symlinks=False)
+            _best_effort(
+                os.utime, tmp, ns=(mtime_ns, mtime_ns), dir_fd=dir_fd, follow_symlinks=False
+            )
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         try:

@@ -45,13 +45,17 @@ def sequence_problems(objects: list[tuple[int, str, str]], seq: int) -> list[str
     newest = max(have, default=0)
     if newest < seq:
         found = f"object {newest:012d}" if newest else "no manifest object"
-        return [f"the durable manifest has {found}, but the local index recorded object "
-                f"{seq:012d} as published"]
+        return [
+            f"the durable manifest has {found}, but the local index recorded object "
+            f"{seq:012d} as published"
+        ]
     bases = [s for s, kind, _ in objects if kind == "base" and s <= seq]
     lost = [s for s in range(bases[-1] if bases else 1, seq + 1) if s not in have]
     if lost:
-        return [f"manifest objects {lost[0]:012d} to {lost[-1]:012d} are missing "
-                f"({len(lost)} of them), though the local index recorded object {seq:012d}"]
+        return [
+            f"manifest objects {lost[0]:012d} to {lost[-1]:012d} are missing "
+            f"({len(lost)} of them), though the local index recorded object {seq:012d}"
+        ]
     return []
 
 
@@ -60,8 +64,9 @@ def pending(meta: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return value if isinstance(value, dict) else {}
 
 
-def after_pass(index: Index, published: Iterable[Entry], confirmed: bool, instance: str,
-               *, keeps_mtime: bool) -> None:
+def after_pass(
+    index: Index, published: Iterable[Entry], confirmed: bool, instance: str, *, keeps_mtime: bool
+) -> None:
     """Record a pass's objects as unconfirmed, or clear what this instance confirmed."""
     listed = pending(index.meta)
     if confirmed:
@@ -80,8 +85,9 @@ def after_pass(index: Index, published: Iterable[Entry], confirmed: bool, instan
         index.meta[UNCONFIRMED] = listed
 
 
-def _record(entry: Entry, old: Mapping[str, Any] | None, instance: str, keeps_mtime: bool
-            ) -> dict[str, Any] | None:
+def _record(
+    entry: Entry, old: Mapping[str, Any] | None, instance: str, keeps_mtime: bool
+) -> dict[str, Any] | None:
     if entry.kind == "segments":
         chain, lens = str(entry.extra.get("chain", "")), list(entry.extra.get("lens", ()))
         if not chain or not lens:
@@ -89,11 +95,21 @@ def _record(entry: Entry, old: Mapping[str, Any] | None, instance: str, keeps_mt
         first = len(lens) - 1  # a pass adds one object to a chain (or starts one)
         if old is not None and old.get("chain") == chain:
             first = min(first, int(old.get("first", first)))
-        return {"kind": "segments", "chain": chain, "lens": lens, "first": first,
-                "instance": instance}
+        return {
+            "kind": "segments",
+            "chain": chain,
+            "lens": lens,
+            "first": first,
+            "instance": instance,
+        }
     if entry.kind in ("file", "sqlite"):
-        return {"kind": entry.kind, "object": entry.location, "size": entry.size,
-                "mtime_ns": entry.mtime_ns if keeps_mtime else None, "instance": instance}
+        return {
+            "kind": entry.kind,
+            "object": entry.location,
+            "size": entry.size,
+            "mtime_ns": entry.mtime_ns if keeps_mtime else None,
+            "instance": instance,
+        }
     return None  # a symlink lives in the manifest only
 
 
@@ -114,8 +130,11 @@ def audit(store: Store, index: Index, instance: str | None) -> Audit:
         if path not in index.records:
             settled.append(path)  # forgotten since (gc): nothing to vouch for
             continue
-        problem = (_segments(store, path, record) if record.get("kind") == "segments"
-                   else _object(store, record))
+        problem = (
+            _segments(store, path, record)
+            if record.get("kind") == "segments"
+            else _object(store, record)
+        )
         if problem is not None:
             missing[path] = problem
         elif instance is not None and record.get("instance") != instance:
@@ -144,7 +163,7 @@ def _segments(store: Store, path: str, record: Mapping[str, Any]) -> str | None:
         piece = parse(reldir, name)
         if piece is not None:
             found[(piece.seq, piece.start, piece.end)] = piece
-    start = sum(lens[:int(record.get("first", 0))])
+    start = sum(lens[: int(record.get("first", 0))])
     for seq in range(int(record.get("first", 0)), len(lens)):
         piece = found.get((seq, start, start + lens[seq]))
         st = store.head(piece.name) if piece is not None else None
@@ -162,5 +181,4 @@ def forget(meta: MutableMapping[str, Any], paths: Iterable[str]) -> None:
         meta.pop(UNCONFIRMED, None)
 
 
-__all__ = ["UNCONFIRMED", "Audit", "after_pass", "audit", "forget", "pending",
-           "sequence_problems"]
+__all__ = ["UNCONFIRMED", "Audit", "after_pass", "audit", "forget", "pending", "sequence_problems"]

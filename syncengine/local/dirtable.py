@@ -117,10 +117,17 @@ def fingerprint(root: str, patterns: Sequence[str], skip_dirs: Iterable[str]) ->
     return xxhash.xxh3_64_hexdigest(text.encode("utf-8", "surrogateescape"))
 
 
-def rebase(old: DirTable | None, walk: DirWalk, keys: Sequence[str],
-           hidden: Callable[[str], bool], specials: Sequence[str],
-           index_sig: tuple[int, int, int], fp: str,
-           unwalked: Iterable[str] = (), unwalked_upto: int = 0) -> DirTable:
+def rebase(
+    old: DirTable | None,
+    walk: DirWalk,
+    keys: Sequence[str],
+    hidden: Callable[[str], bool],
+    specials: Sequence[str],
+    index_sig: tuple[int, int, int],
+    fp: str,
+    unwalked: Iterable[str] = (),
+    unwalked_upto: int = 0,
+) -> DirTable:
     """The table to keep after a pass, for the index as saved now (`keys`, `index_sig`).
 
     `old` is the table the pass's walk started from, and `walk` (with its
@@ -148,8 +155,9 @@ def rebase(old: DirTable | None, walk: DirWalk, keys: Sequence[str],
     return DirTable(index_sig, fp, len(keys), new, extras, frozenset(skip), tuple(specials))
 
 
-def _same_keys(old: DirTable, walk: DirWalk, specials: Sequence[str],
-               index_sig: tuple[int, int, int], fp: str) -> DirTable:
+def _same_keys(
+    old: DirTable, walk: DirWalk, specials: Sequence[str], index_sig: tuple[int, int, int], fp: str
+) -> DirTable:
     """`rebase` when the pass added no path (files only changed): the order stands."""
     assert walk.order is not None
     sigs = array("Q", walk.fresh)
@@ -167,8 +175,9 @@ def _same_keys(old: DirTable, walk: DirWalk, specials: Sequence[str],
     return DirTable(index_sig, fp, old.nkeys, sigs, extras, old.unwalked, tuple(specials))
 
 
-def load(path: str | os.PathLike[str], index_sig: tuple[int, int, int] | None,
-         fp: str) -> DirTable | None:
+def load(
+    path: str | os.PathLike[str], index_sig: tuple[int, int, int] | None, fp: str
+) -> DirTable | None:
     """The saved table if it belongs with this index file and configuration, else None."""
     if index_sig is None:
         return None
@@ -177,7 +186,7 @@ def load(path: str | os.PathLike[str], index_sig: tuple[int, int, int] | None,
             data = f.read()
         if not data.startswith(MAGIC):
             return None
-        digest, payload = data[len(MAGIC):len(MAGIC) + 8], data[len(MAGIC) + 8:]
+        digest, payload = data[len(MAGIC) : len(MAGIC) + 8], data[len(MAGIC) + 8 :]
         if xxhash.xxh3_64_digest(payload) != digest:
             return None  # torn or damaged (it is written without fsync)
         p = marshal.loads(payload)
@@ -185,8 +194,15 @@ def load(path: str | os.PathLike[str], index_sig: tuple[int, int, int] | None,
             return None
         sigs = array("Q")
         sigs.frombytes(p["sigs"])
-        return DirTable(index_sig, fp, p["nkeys"], sigs, p["extras"],
-                        frozenset(p["unwalked"]), tuple(p["specials"]))
+        return DirTable(
+            index_sig,
+            fp,
+            p["nkeys"],
+            sigs,
+            p["extras"],
+            frozenset(p["unwalked"]),
+            tuple(p["specials"]),
+        )
     except FileNotFoundError:
         return None
     except (OSError, ValueError, EOFError, TypeError, KeyError):
@@ -195,9 +211,17 @@ def load(path: str | os.PathLike[str], index_sig: tuple[int, int, int] | None,
 
 def save(path: str | os.PathLike[str], table: DirTable) -> None:
     """Write the table (a cache: no fsync; a torn file fails its checksum and is rebuilt)."""
-    payload = marshal.dumps({
-        "index_sig": list(table.index_sig), "fp": table.fingerprint, "nkeys": table.nkeys,
-        "sigs": table.sigs.tobytes(), "extras": table.extras,
-        "unwalked": sorted(table.unwalked), "specials": list(table.specials)})
-    savefile.write_file(path, MAGIC + xxhash.xxh3_64_digest(payload) + payload,
-                        mode=0o600, fsync=False)
+    payload = marshal.dumps(
+        {
+            "index_sig": list(table.index_sig),
+            "fp": table.fingerprint,
+            "nkeys": table.nkeys,
+            "sigs": table.sigs.tobytes(),
+            "extras": table.extras,
+            "unwalked": sorted(table.unwalked),
+            "specials": list(table.specials),
+        }
+    )
+    savefile.write_file(
+        path, MAGIC + xxhash.xxh3_64_digest(payload) + payload, mode=0o600, fsync=False
+    )

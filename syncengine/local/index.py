@@ -59,8 +59,11 @@ _DIRTY_CTIME = SIG.pack(0, 0, DIRTY)[_CTIME]
 
 def settled(raw: bytes | None, size: int, mtime_ns: int, ctime_ns: int) -> bool:
     """Whether a raw record (None: not recorded) holds this stat and is not dirty."""
-    return (raw is not None and raw[_CTIME] != _DIRTY_CTIME
-            and raw.startswith(SIG.pack(size, mtime_ns, ctime_ns)))
+    return (
+        raw is not None
+        and raw[_CTIME] != _DIRTY_CTIME
+        and raw.startswith(SIG.pack(size, mtime_ns, ctime_ns))
+    )
 
 
 class Record(NamedTuple):
@@ -111,17 +114,34 @@ class Index:
     def __contains__(self, path: str) -> bool:
         return path in self.records
 
-    def record(self, path: str, *, size: int, mtime_ns: int, ctime_ns: int, hash64: int,
-               mode: int, kind: str = "file", target: str | None = None,
-               extra: dict[str, Any] | None = None) -> None:
+    def record(
+        self,
+        path: str,
+        *,
+        size: int,
+        mtime_ns: int,
+        ctime_ns: int,
+        hash64: int,
+        mode: int,
+        kind: str = "file",
+        target: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         """Remember that `path` was published (or verified) with this content."""
         old = self.records.get(path)
         if old is not None and old[-1]:
             self.absent -= 1
         if path in self.dirs:  # a file (link, database) here now: the directory is gone
             self._drop_dir(path)
-        self.records[path] = RECORD.pack(size, mtime_ns, ctime_ns, hash64 & 0xFFFFFFFFFFFFFFFF,
-                                         mode & 0xFFFF, _KIND_CODE[kind], 0)
+        self.records[path] = RECORD.pack(
+            size,
+            mtime_ns,
+            ctime_ns,
+            hash64 & 0xFFFFFFFFFFFFFFFF,
+            mode & 0xFFFF,
+            _KIND_CODE[kind],
+            0,
+        )
         if target is not None:
             self.links[path] = target
         else:
@@ -168,8 +188,15 @@ class Index:
         """Make the next pass look at `path` again (hash, then copy only if it differs)."""
         rec = self.get(path)
         if rec is not None and rec.ctime_ns != DIRTY:
-            self.records[path] = RECORD.pack(rec.size, rec.mtime_ns, DIRTY, rec.hash64,
-                                             rec.mode, _KIND_CODE[rec.kind], rec.absent)
+            self.records[path] = RECORD.pack(
+                rec.size,
+                rec.mtime_ns,
+                DIRTY,
+                rec.hash64,
+                rec.mode,
+                _KIND_CODE[rec.kind],
+                rec.absent,
+            )
             self.changed = True
 
     def mark_absent(self, path: str, now_ns: int | None = None) -> int:
@@ -189,8 +216,9 @@ class Index:
                 since[path] = now_ns
         if not rec.absent:
             self.absent += 1
-        self.records[path] = RECORD.pack(rec.size, rec.mtime_ns, DIRTY, rec.hash64, rec.mode,
-                                         _KIND_CODE[rec.kind], absent)
+        self.records[path] = RECORD.pack(
+            rec.size, rec.mtime_ns, DIRTY, rec.hash64, rec.mode, _KIND_CODE[rec.kind], absent
+        )
         self.changed = True
         return absent
 
@@ -241,16 +269,22 @@ class Index:
     # -- persistence ----------------------------------------------------
     def dumps(self) -> bytes:
         dirs = self._packed_dirs if self._dirs is None else _pack_dirs(self._dirs)
-        payload = {"records": self.records, "links": self.links, "extras": self.extras,
-                   "meta": self.meta, "absent": self.absent, "dirs": dirs,
-                   "dirs_absent": self.dirs_absent}
+        payload = {
+            "records": self.records,
+            "links": self.links,
+            "extras": self.extras,
+            "meta": self.meta,
+            "absent": self.absent,
+            "dirs": dirs,
+            "dirs_absent": self.dirs_absent,
+        }
         return MAGIC + marshal.dumps(payload)
 
     @classmethod
     def loads(cls, data: bytes) -> Index:
         if not data.startswith(MAGIC):
             raise ValueError("not a syncengine index")
-        payload = marshal.loads(data[len(MAGIC):])
+        payload = marshal.loads(data[len(MAGIC) :])
         idx = cls()
         idx.records = payload["records"]
         idx.links = payload["links"]
@@ -258,7 +292,7 @@ class Index:
         idx.meta = payload["meta"]
         idx.absent = payload["absent"]
         packed = payload.get("dirs")  # none in an index saved before directories were
-        if packed and packed[1]:      # recorded
+        if packed and packed[1]:  # recorded
             idx._dirs, idx._packed_dirs = None, (packed[0], packed[1])
         idx.dirs_absent = payload.get("dirs_absent", 0)
         return idx

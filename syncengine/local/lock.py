@@ -19,8 +19,7 @@ from syncengine.errors import LockBusy, local_error
 class StateLock:
     """An exclusive lock on ``<state_dir>/lock``; usable as a context manager."""
 
-    def __init__(self, state_dir: Path, *, wait: bool = True, timeout: float | None = None
-                 ) -> None:
+    def __init__(self, state_dir: Path, *, wait: bool = True, timeout: float | None = None) -> None:
         self.path = state_dir / "lock"
         self.wait = wait
         self.timeout = timeout
@@ -50,8 +49,9 @@ class StateLock:
                 return
             except BlockingIOError:
                 if not self.wait or time.monotonic() >= deadline:
-                    raise LockBusy(f"{self.path}: another checkpoint or restore is running"
-                                   ) from None
+                    raise LockBusy(
+                        f"{self.path}: another checkpoint or restore is running"
+                    ) from None
                 time.sleep(0.05)  # flock has no timed wait; poll until the deadline
 
     def release(self) -> None:

@@ -59,21 +59,38 @@ def from_manifest(state: AdapterState) -> None:
     manifest_state = load_manifest(state.store)
     for entry in manifest_state.entries.values():
         if entry.kind in ("file", "symlink"):
-            state.index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns,
-                               ctime_ns=DIRTY, hash64=entry.hash or 0, mode=entry.mode,
-                               kind=entry.kind, target=entry.target, extra=entry.index_extra())
+            state.index.record(
+                entry.path,
+                size=entry.size,
+                mtime_ns=entry.mtime_ns,
+                ctime_ns=DIRTY,
+                hash64=entry.hash or 0,
+                mode=entry.mode,
+                kind=entry.kind,
+                target=entry.target,
+                extra=entry.index_extra(),
+            )
         elif entry.kind == "segments":
             segments.seed(state.index, entry)
         elif entry.kind == "dir":  # compared with the live directory by the next walk
             state.index.record_dir(entry.path, entry.mode)
         elif entry.kind == "sqlite":  # snapshot next pass; published only if it differs
-            state.index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns,
-                               ctime_ns=DIRTY, hash64=entry.hash or 0, mode=entry.mode,
-                               kind="sqlite", extra=sqlite.seed_extra(entry, state.sqlite_patterns))
+            state.index.record(
+                entry.path,
+                size=entry.size,
+                mtime_ns=entry.mtime_ns,
+                ctime_ns=DIRTY,
+                hash64=entry.hash or 0,
+                mode=entry.mode,
+                kind="sqlite",
+                extra=sqlite.seed_extra(entry, state.sqlite_patterns),
+            )
     if manifest_state.last_seq:
-        state.index.meta.update(manifest_seq=manifest_state.last_seq,
-                                base_seq=manifest_state.base_seq,
-                                deltas=manifest_state.deltas_since_base)
+        state.index.meta.update(
+            manifest_seq=manifest_state.last_seq,
+            base_seq=manifest_state.base_seq,
+            deltas=manifest_state.deltas_since_base,
+        )
 
 
 def checked_path(state_dir: Path, adapter: str) -> Path:
@@ -88,8 +105,12 @@ def due(state_dir: Path, adapter: str, instance: str) -> bool:
 def remember(state_dir: Path, adapter: str, instance: str, now_ns: int) -> None:
     path = checked_path(state_dir, adapter)
     try:
-        savefile.write_file(path, json.dumps({"instance": instance, "checked_ns": now_ns})
-                            .encode(), mode=0o600, fsync=False)
+        savefile.write_file(
+            path,
+            json.dumps({"instance": instance, "checked_ns": now_ns}).encode(),
+            mode=0o600,
+            fsync=False,
+        )
     except OSError as exc:
         raise local_error("remember the start-up check", path, exc) from exc
 
@@ -104,13 +125,21 @@ def check(state: AdapterState, instance: str) -> list[str]:
     t0 = time.monotonic()
     problems = behind.sequence_problems(manifest.list_objects(state.store), seq)
     found = behind.audit(state.store, index, instance)
-    log.info("durable.checked adapter=%s seq=%d unconfirmed=%d missing=%d seconds=%.3f",
-             state.name, seq, len(behind.pending(index.meta)),
-             len(problems) + len(found.missing), time.monotonic() - t0,
-             extra={"event": "durable.checked"})
+    log.info(
+        "durable.checked adapter=%s seq=%d unconfirmed=%d missing=%d seconds=%.3f",
+        state.name,
+        seq,
+        len(behind.pending(index.meta)),
+        len(problems) + len(found.missing),
+        time.monotonic() - t0,
+        extra={"event": "durable.checked"},
+    )
     if problems:
-        still = {p: r for p, r in behind.pending(index.meta).items()
-                 if p not in found.missing and p not in found.settled}
+        still = {
+            p: r
+            for p, r in behind.pending(index.meta).items()
+            if p not in found.missing and p not in found.settled
+        }
         state.index = Index()
         from_manifest(state)
         if still:
@@ -124,13 +153,18 @@ def check(state: AdapterState, instance: str) -> list[str]:
         state.index.meta["deltas"] = manifest.COMPACT_AFTER  # the next object: a full base
         state.index.changed = True
         shown = "; ".join(said[:10]) + (f"; and {len(said) - 10} more" if len(said) > 10 else "")
-        log.warning("durable.behind adapter=%s durable=%s: the durable side lacks what the "
-                    "local index records as published (a write-back mount that lost its "
-                    "uploads?): %s. %s, and publishing again what differs", state.name,
-                    state.store.describe(), shown,
-                    "Rebuilding the index from the durable manifest" if problems else
-                    f"Forgetting {len(found.missing)} path(s) in the index",
-                    extra={"event": "durable.behind"})
+        log.warning(
+            "durable.behind adapter=%s durable=%s: the durable side lacks what the "
+            "local index records as published (a write-back mount that lost its "
+            "uploads?): %s. %s, and publishing again what differs",
+            state.name,
+            state.store.describe(),
+            shown,
+            "Rebuilding the index from the durable manifest"
+            if problems
+            else f"Forgetting {len(found.missing)} path(s) in the index",
+            extra={"event": "durable.behind"},
+        )
     if state.index.changed:
         state.index.save(state.index_path)
     return said

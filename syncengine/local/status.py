@@ -71,19 +71,27 @@ def write_checkpoint(state_dir: Path, report: Report) -> None:
             "total_files": int(old.get("total_files", 0)) + rep.files,
             "total_bytes": int(old.get("total_bytes", 0)) + rep.bytes,
             "errors": [str(e) for e in rep.errors][:20],
-            "last_error": rep.fatal or (str(rep.errors[0]) if rep.errors else
-                                        (old.get("last_error") if not rep.ok else None)),
+            "last_error": rep.fatal
+            or (
+                str(rep.errors[0])
+                if rep.errors
+                else (old.get("last_error") if not rep.ok else None)
+            ),
         }
         savefile.write_file(path, json.dumps(data).encode(), mode=0o600, fsync=False)
 
 
 def write_restore(state_dir: Path, report: Report, now_ns: int) -> None:
     """Record whether the last restore was complete (fsynced: a server start depends on it)."""
-    data = {"complete": report.ok, "finished_ns": now_ns,
-            "errors": [str(e) for e in report.errors][:50],
-            "fatal": [f"{a.name}: {a.fatal}" for a in report.adapters if a.fatal]}
-    savefile.write_file(state_dir / "restore.json", json.dumps(data).encode(), mode=0o600,
-                        fsync=True)
+    data = {
+        "complete": report.ok,
+        "finished_ns": now_ns,
+        "errors": [str(e) for e in report.errors][:50],
+        "fatal": [f"{a.name}: {a.fatal}" for a in report.adapters if a.fatal],
+    }
+    savefile.write_file(
+        state_dir / "restore.json", json.dumps(data).encode(), mode=0o600, fsync=True
+    )
 
 
 def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict[str, Any]:
@@ -97,23 +105,41 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
         idx = Index.load(index_path(cfg.state_dir, spec.name))
         last = st.get("last_checkpoint_ns")
         live_source = cfg.sources.get(f"live.{spec.name}", "default")
-        adapters.append({
-            "loss_window_s": round((now_ns - last) / 1e9, 3) if last else None,
-            "pending": pending.get(spec.name, 0) if daemon.get("running") else None,
-            "name": spec.name, "live": str(spec.live), "durable": _durable(cfg, spec.durable),
-            "live_source": live_source,
-            "durable_source": cfg.sources.get(f"durable.{spec.name}", "default"),
-            "warning": _live_warning(spec, live_source),
-            "origin": spec.origin, "exclude": list(matchers[spec.name].patterns),
-            "live_exists": spec.live.is_dir(),
-            "indexed_files": len(idx) if idx is not None else 0,
-            "unconfirmed": len(idx.meta.get("unconfirmed") or {}) if idx is not None else 0,
-            "databases": _databases(idx) if idx is not None else [],
-            **{k: v for k, v in st.items() if k != "adapter"},
-        })
-    keys = ("local_root", "durable_root", "state_dir", "interval", "jobs",
-            "sqlite_busy_timeout", "rescan_interval", "journal_dir", "require_mount",
-            "write_back", "rclone_rc", "confirm_timeout", "home", "plain_after")
+        adapters.append(
+            {
+                "loss_window_s": round((now_ns - last) / 1e9, 3) if last else None,
+                "pending": pending.get(spec.name, 0) if daemon.get("running") else None,
+                "name": spec.name,
+                "live": str(spec.live),
+                "durable": _durable(cfg, spec.durable),
+                "live_source": live_source,
+                "durable_source": cfg.sources.get(f"durable.{spec.name}", "default"),
+                "warning": _live_warning(spec, live_source),
+                "origin": spec.origin,
+                "exclude": list(matchers[spec.name].patterns),
+                "live_exists": spec.live.is_dir(),
+                "indexed_files": len(idx) if idx is not None else 0,
+                "unconfirmed": len(idx.meta.get("unconfirmed") or {}) if idx is not None else 0,
+                "databases": _databases(idx) if idx is not None else [],
+                **{k: v for k, v in st.items() if k != "adapter"},
+            }
+        )
+    keys = (
+        "local_root",
+        "durable_root",
+        "state_dir",
+        "interval",
+        "jobs",
+        "sqlite_busy_timeout",
+        "rescan_interval",
+        "journal_dir",
+        "require_mount",
+        "write_back",
+        "rclone_rc",
+        "confirm_timeout",
+        "home",
+        "plain_after",
+    )
     shown = {k: [_plain(getattr(cfg, k)), cfg.sources.get(k)] for k in keys}
     shown["adapters"] = [[s.name for s in cfg.adapters], cfg.sources.get("adapters")]
     if cfg.s3 is not None:  # backend, endpoint and bucket; never a secret
@@ -122,8 +148,9 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
             shown["journal_dir"][0] = _durable(cfg, cfg.journal_dir)
     return {
         "config": shown,
-        "durable_probe": (_probe_status(cfg.state_dir, cfg.durable_root)
-                          if cfg.s3 is None else None),
+        "durable_probe": (
+            _probe_status(cfg.state_dir, cfg.durable_root) if cfg.s3 is None else None
+        ),
         "write_back": write_back(cfg),
         "restore": read_json(cfg.state_dir / "restore.json") or None,
         "sqlite": _sqlite_version(),
@@ -144,8 +171,10 @@ def _live_warning(spec: AdapterSpec, source: str) -> str | None:
     flag) that does not exist: probably a typo, or the harness writes somewhere else."""
     if not spec.builtin or source == "default" or spec.live.is_dir():
         return None
-    return (f"live tree {spec.live} does not exist, but {source} names it: check the "
-            "value (the harness may write elsewhere; nothing there is checkpointed)")
+    return (
+        f"live tree {spec.live} does not exist, but {source} names it: check the "
+        "value (the harness may write elsewhere; nothing there is checkpointed)"
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -158,10 +187,15 @@ def _databases(index: Index) -> list[dict[str, Any]]:
     for path, rec in sorted(index.items()):
         extra = index.extras.get(path, {})
         if rec.kind == "sqlite" and not extra.get("_local"):
-            out.append({"path": path, "object": extra.get("object"),
-                        "size": extra.get("size", rec.size),
-                        "snapshot_ns": extra.get("snapshot_ns"),
-                        "listed": bool(extra.get("_listed"))})
+            out.append(
+                {
+                    "path": path,
+                    "object": extra.get("object"),
+                    "size": extra.get("size", rec.size),
+                    "snapshot_ns": extra.get("snapshot_ns"),
+                    "listed": bool(extra.get("_listed")),
+                }
+            )
     return out
 
 
@@ -197,27 +231,39 @@ def write_back(cfg: Config) -> dict[str, Any] | None:
     caps = probe.Capabilities.from_json(cached) if cached else None
     if caps is None or not (caps.write_back if cfg.write_back is None else cfg.write_back):
         return None
-    who = (f"{caps.client} ({caps.client_detail})" if caps.write_back and caps.client else
-           "declared in the configuration (write_back = true)")
+    who = (
+        f"{caps.client} ({caps.client_detail})"
+        if caps.write_back and caps.client
+        else "declared in the configuration (write_back = true)"
+    )
     rc = cfg.rclone_rc or caps.rclone_rc
     if rc and cfg.confirm_timeout > 0:
-        return {"confirmed": True, "text": (
-            f"write-back mount, {who}: it acknowledges writes before they reach the bucket; "
-            f"each checkpoint waits (up to {cfg.confirm_timeout:g}s) until rclone's remote "
-            f"control at {rc} reports its uploads done before recording them")}
-    delay = (f"{caps.write_back_delay_s:g}s" if caps.write_back_delay_s is not None
-             else "unknown")
-    return {"confirmed": False, "text": (
-        f"write-back mount, {who}: it acknowledges writes before they reach the bucket, and "
-        "syncengine cannot ask it when they have. If the mount dies with uploads pending, "
-        f"they are lost: the loss window is the mount's write-back delay ({delay}) plus the "
-        f"interval ({cfg.interval:g}s), longer while uploads queue. Each start compares the "
-        "bucket with the index and publishes again what is missing. " + (
-            "To have each checkpoint confirmed, run rclone with --rc --rc-addr "
-            "127.0.0.1:5572 (no --rc-user), or with --vfs-cache-mode off"
-            if caps.client == "rclone" else
-            "Use a mount that uploads during close, or rclone with its remote control")
-        + " (README: Write-back mounts)")}
+        return {
+            "confirmed": True,
+            "text": (
+                f"write-back mount, {who}: it acknowledges writes before they reach the bucket; "
+                f"each checkpoint waits (up to {cfg.confirm_timeout:g}s) until rclone's remote "
+                f"control at {rc} reports its uploads done before recording them"
+            ),
+        }
+    delay = f"{caps.write_back_delay_s:g}s" if caps.write_back_delay_s is not None else "unknown"
+    return {
+        "confirmed": False,
+        "text": (
+            f"write-back mount, {who}: it acknowledges writes before they reach the bucket, and "
+            "syncengine cannot ask it when they have. If the mount dies with uploads pending, "
+            f"they are lost: the loss window is the mount's write-back delay ({delay}) plus the "
+            f"interval ({cfg.interval:g}s), longer while uploads queue. Each start compares the "
+            "bucket with the index and publishes again what is missing. "
+            + (
+                "To have each checkpoint confirmed, run rclone with --rc --rc-addr "
+                "127.0.0.1:5572 (no --rc-user), or with --vfs-cache-mode off"
+                if caps.client == "rclone"
+                else "Use a mount that uploads during close, or rclone with its remote control"
+            )
+            + " (README: Write-back mounts)"
+        ),
+    }
 
 
 def _sqlite_version() -> dict[str, Any]:

@@ -80,11 +80,16 @@ class _Rules:
         where = f"adapter {spec.name!r} exclude"
         matcher = compile_patterns(exclusion_patterns(spec), where=where)
         job = ScanJob(spec.name, os.fspath(spec.live), matcher, {}, engine.skip_dirs(spec))
-        logs = compile_patterns(spec.segments, where=f"adapter {spec.name!r} segments") \
-            if spec.segments else None
+        logs = (
+            compile_patterns(spec.segments, where=f"adapter {spec.name!r} segments")
+            if spec.segments
+            else None
+        )
         singles = tuple((p, "exclude", compile_patterns([p], where=where)) for p in spec.exclude)
-        singles += tuple((p, "sqlite", compile_patterns([p], where=where))
-                         for p in database_patterns(spec.sqlite))
+        singles += tuple(
+            (p, "sqlite", compile_patterns([p], where=where))
+            for p in database_patterns(spec.sqlite)
+        )
         singles += ((RESERVED, "reserved", compile_patterns([RESERVED], where=where)),)
         return cls(spec, job, logs, singles)
 
@@ -123,8 +128,10 @@ def explain(engine: Engine, adapter: str, paths: Sequence[str] = ()) -> list[Dec
 def _relative(spec: AdapterSpec, path: str) -> str:
     full = Path(os.path.normpath(os.path.join(spec.live, path)))
     if full != spec.live and spec.live not in full.parents:
-        raise ConfigError(f"{path} is not inside the live tree {spec.live} of adapter "
-                          f"{spec.name!r}: give a path under it, or relative to it")
+        raise ConfigError(
+            f"{path} is not inside the live tree {spec.live} of adapter "
+            f"{spec.name!r}: give a path under it, or relative to it"
+        )
     return full.relative_to(spec.live).as_posix() if full != spec.live else ""
 
 
@@ -154,10 +161,20 @@ def decide(rules: _Rules, rel: str) -> Decision:
         st = os.lstat(full)
     except OSError:
         return Decision(rel, "missing", ABSENT, "not in the live tree", "")
-    kind = ("dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode)
-            else "symlink" if stat.S_ISLNK(st.st_mode) else "special")
-    if kind == "file" and sqlite.matches(spec.sqlite, rel) \
-            and not rel.endswith((*COMPANIONS, TEMP_SUFFIX)):  # exclusions do not apply
+    kind = (
+        "dir"
+        if stat.S_ISDIR(st.st_mode)
+        else "file"
+        if stat.S_ISREG(st.st_mode)
+        else "symlink"
+        if stat.S_ISLNK(st.st_mode)
+        else "special"
+    )
+    if (
+        kind == "file"
+        and sqlite.matches(spec.sqlite, rel)
+        and not rel.endswith((*COMPANIONS, TEMP_SUFFIX))
+    ):  # exclusions do not apply
         return Decision(rel, kind, SNAPSHOT, rules.sqlite_rule(rel), rules.source("sqlite"))
     hidden = _hidden_by(rules, rel)
     if hidden is not None:
@@ -166,8 +183,9 @@ def decide(rules: _Rules, rel: str) -> Decision:
         if rel and not entered(job, rel):
             pattern, key = rules.excluded_by(rel, True)
             return Decision(rel, kind, EXCLUDE, pattern, rules.source(key))
-        return Decision(rel, kind, DIRECTORY, "walked; recorded with its mode" if rel
-                        else "walked", "")
+        return Decision(
+            rel, kind, DIRECTORY, "walked; recorded with its mode" if rel else "walked", ""
+        )
     if not reported(job, rel):
         if rel.endswith(TEMP_SUFFIX):
             return Decision(rel, kind, INTERNAL, f"*{TEMP_SUFFIX}", "syncengine temp file")
@@ -199,14 +217,19 @@ def _hidden_by(rules: _Rules, rel: str) -> Decision | None:
 def _regular(rules: _Rules, rel: str, full: str, size: int) -> Decision:
     base = sqlite.companion_base(rules.spec.live, rel)
     if base is not None:
-        return Decision(rel, "file", COMPANION, f"companion of unlisted database {base}",
-                        "SQLite header")
+        return Decision(
+            rel, "file", COMPANION, f"companion of unlisted database {base}", "SQLite header"
+        )
     if rules.logs is not None and rules.logs.excluded(rel, False):
-        return Decision(rel, "file", SEGMENTS, rules.segment_rule(rel),
-                        rules.source("segments"))
+        return Decision(rel, "file", SEGMENTS, rules.segment_rule(rel), rules.source("segments"))
     if size >= SQLITE_MIN_SIZE and sqlite.has_header(full):
-        return Decision(rel, "file", UNLISTED_DB, "SQLite header, not in the adapter's "
-                        "sqlite list", "list it under sqlite, or exclude it")
+        return Decision(
+            rel,
+            "file",
+            UNLISTED_DB,
+            "SQLite header, not in the adapter's sqlite list",
+            "list it under sqlite, or exclude it",
+        )
     return Decision(rel, "file", PUBLISH, "not excluded", "")
 
 
@@ -221,8 +244,16 @@ def command(engine: Engine, adapter: str, paths: Sequence[str], as_json: bool) -
     spec = engine.config.adapter(adapter)
     decisions = explain(engine, adapter, paths)
     if as_json:
-        print(json.dumps({"adapter": spec.name, "live": os.fspath(spec.live),
-                          "paths": [d.to_json() for d in decisions]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "adapter": spec.name,
+                    "live": os.fspath(spec.live),
+                    "paths": [d.to_json() for d in decisions],
+                },
+                indent=2,
+            )
+        )
         return 0
     print(f"{spec.name}: {spec.live} ({spec.origin})")
     if not paths and not spec.live.is_dir():

@@ -19,8 +19,14 @@ from syncengine.durable.store import Store
 from syncengine.errors import ConfigError
 
 
-def export(config: Config, path: str, out: BinaryIO, *, adapter: str | None = None,
-           open_store: Callable[[Path], Store]) -> int:
+def export(
+    config: Config,
+    path: str,
+    out: BinaryIO,
+    *,
+    adapter: str | None = None,
+    open_store: Callable[[Path], Store],
+) -> int:
     """Write the durable copy of `path` to `out` (`open_store`: an adapter's durable side);
     return the bytes written.
 
@@ -43,10 +49,14 @@ def export(config: Config, path: str, out: BinaryIO, *, adapter: str | None = No
         if entry is not None:
             found.append((store, entry, spec.name))
     if not found:
-        raise ConfigError(f"{rel}: no checkpoint of this path in "
-                          f"{', '.join(s.name for s in specs) or 'any adapter'}")
+        raise ConfigError(
+            f"{rel}: no checkpoint of this path in "
+            f"{', '.join(s.name for s in specs) or 'any adapter'}"
+        )
     if len(found) > 1:
-        raise ConfigError(f"{rel} is checkpointed by adapters "
-                          f"{', '.join(f[2] for f in found)}: choose one with --adapter")
+        raise ConfigError(
+            f"{rel} is checkpointed by adapters "
+            f"{', '.join(f[2] for f in found)}: choose one with --adapter"
+        )
     store, entry, _ = found[0]
     return chain.export(store, entry, out)

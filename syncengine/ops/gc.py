@@ -85,8 +85,10 @@ class DeletePath:
     absent_since_ns: int
 
     def __str__(self) -> str:
-        return (f"delete {self.path} (tombstone: gone locally since {_when(self.absent_since_ns)}"
-                f"; {len(self.objects)} object(s), {self.bytes} bytes)")
+        return (
+            f"delete {self.path} (tombstone: gone locally since {_when(self.absent_since_ns)}"
+            f"; {len(self.objects)} object(s), {self.bytes} bytes)"
+        )
 
 
 @attrs.frozen
@@ -135,8 +137,9 @@ class GcReport:
 
     @property
     def ok(self) -> bool:
-        return self.refused is None and all(a.refused is None and a.fatal is None
-                                            for a in self.adapters)
+        return self.refused is None and all(
+            a.refused is None and a.fatal is None for a in self.adapters
+        )
 
     @property
     def exit_code(self) -> int:
@@ -155,8 +158,10 @@ class GcReport:
             if a.fatal:
                 out.append(f"{a.name}: gc stopped: {a.fatal}")
             verb = "deleted" if self.apply else "would delete"
-            out.append(f"{a.name}: {verb} {a.objects} object(s), {a.bytes} bytes"
-                       + (f"; wrote {a.manifest}" if a.manifest else ""))
+            out.append(
+                f"{a.name}: {verb} {a.objects} object(s), {a.bytes} bytes"
+                + (f"; wrote {a.manifest}" if a.manifest else "")
+            )
         if not self.apply:
             out.append("dry run: nothing deleted; run `syncengine gc --apply` to delete")
         return out
@@ -172,8 +177,10 @@ def _when(ns: int) -> str:
 def refusal(facts: Facts, cfg: GcConfig) -> str | None:
     """Why this adapter's local view cannot be trusted for gc, or None."""
     if facts.unusable:  # an object or entry nobody can read may name what gc would delete
-        return (f"the manifest is not whole ({len(facts.unusable)} unreadable object(s) or "
-                f"invalid entries, first: {facts.unusable[0]}); run `syncengine verify`")
+        return (
+            f"the manifest is not whole ({len(facts.unusable)} unreadable object(s) or "
+            f"invalid entries, first: {facts.unusable[0]}); run `syncengine verify`"
+        )
     if not facts.entries:
         return None
     if not facts.live_exists:
@@ -183,13 +190,14 @@ def refusal(facts: Facts, cfg: GcConfig) -> str | None:
     if present == 0:
         return f"the live tree is empty but the manifest lists {total} paths: restore first"
     if present < cfg.min_present_ratio * total:
-        return (f"only {present} of {total} manifest paths exist locally (below "
-                f"min_present_ratio {cfg.min_present_ratio}): a partial or wrong local view")
+        return (
+            f"only {present} of {total} manifest paths exist locally (below "
+            f"min_present_ratio {cfg.min_present_ratio}): a partial or wrong local view"
+        )
     return None
 
 
-def _objects_of(entry: Entry, chains: Mapping[str, list[tuple[str, int]]]
-                ) -> list[tuple[str, int]]:
+def _objects_of(entry: Entry, chains: Mapping[str, list[tuple[str, int]]]) -> list[tuple[str, int]]:
     if entry.kind == "segments":  # every chain, and the plain copy at the path (segments.py)
         plain = entry.extra.get("plain")
         size = plain.get("size", 0) if isinstance(plain, dict) else 0
@@ -213,38 +221,56 @@ def plan(facts: Facts, cfg: GcConfig, now_ns: int) -> tuple[GcAction, ...]:
         if passes < cfg.absent_passes:
             actions.append(Wait(path, f"missing in {passes} of {cfg.absent_passes} checkpoints"))
         elif since is None:
-            actions.append(Wait(path, "no record of when it went missing; the next "
-                                      "checkpoint starts its grace period"))
+            actions.append(
+                Wait(
+                    path,
+                    "no record of when it went missing; the next "
+                    "checkpoint starts its grace period",
+                )
+            )
         elif now_ns - since < grace_ns:
             actions.append(Wait(path, f"tombstone; grace period ends {_when(since + grace_ns)}"))
         else:
             objs = _objects_of(entry, per_path)
             tombstones.add(path)
-            actions.append(DeletePath(path, tuple(n for n, _ in objs),
-                                      sum(s for _, s in objs), since))
+            actions.append(
+                DeletePath(path, tuple(n for n, _ in objs), sum(s for _, s in objs), since)
+            )
     # Superseded manifest objects: older than the newest readable base (the new base,
     # when tombstones make one).  Never the only readable base.
     keep_from = facts.last_seq + 1 if tombstones else facts.base_seq
     superseded = [(name, size) for seq, name, size in facts.manifest_objects if seq < keep_from]
     if superseded:
-        actions.append(DeleteObjects("superseded manifest objects",
-                                     tuple(n for n, _ in superseded),
-                                     sum(s for _, s in superseded)))
-    current = {(e.path, str(e.extra.get("chain"))) for e in facts.entries.values()
-               if e.kind == "segments"}
+        actions.append(
+            DeleteObjects(
+                "superseded manifest objects",
+                tuple(n for n, _ in superseded),
+                sum(s for _, s in superseded),
+            )
+        )
+    current = {
+        (e.path, str(e.extra.get("chain"))) for e in facts.entries.values() if e.kind == "segments"
+    }
     chains: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
     for path, chain, name, size, mtime in facts.chain_objects:
         if path not in tombstones and (path, chain) not in current:
             chains.setdefault((path, chain), []).append((name, size, mtime))
     for (path, chain), chain_objs in sorted(chains.items()):
         if now_ns - max(m for _, _, m in chain_objs) >= grace_ns:
-            actions.append(DeleteObjects(f"superseded chain {segments.chain_dir(path, chain)}",
-                                         tuple(n for n, _, _ in chain_objs),
-                                         sum(s for _, s, _ in chain_objs)))
+            actions.append(
+                DeleteObjects(
+                    f"superseded chain {segments.chain_dir(path, chain)}",
+                    tuple(n for n, _, _ in chain_objs),
+                    sum(s for _, s, _ in chain_objs),
+                )
+            )
     stale = [(n, s) for n, s, m in facts.staging if now_ns - m >= cfg.staging_seconds * NS]
     if stale:
-        actions.append(DeleteObjects("staging leftovers", tuple(n for n, _s in stale),
-                                     sum(s for _n, s in stale)))
+        actions.append(
+            DeleteObjects(
+                "staging leftovers", tuple(n for n, _s in stale), sum(s for _n, s in stale)
+            )
+        )
     return tuple(actions)
 
 
@@ -268,8 +294,9 @@ def gather(state: AdapterState) -> Facts:
     for path, _mode, passes in state.index.dir_items():
         if passes:
             absent[path] = (passes, since.get(path))
-    missing = frozenset(p for p, e in mstate.entries.items()
-                        if not _exists_locally(state, p, e.kind))
+    missing = frozenset(
+        p for p, e in mstate.entries.items() if not _exists_locally(state, p, e.kind)
+    )
     staging = []
     for name in store.names(STAGING_DIR):
         st = store.head(f"{STAGING_DIR}/{name}")
@@ -278,14 +305,24 @@ def gather(state: AdapterState) -> Facts:
     chain_objs = []
     prefix = segments.SEG_DIR + "/"
     for info in store.list(segments.SEG_DIR):
-        head, _, _name = info.key[len(prefix):].rpartition("/")
+        head, _, _name = info.key[len(prefix) :].rpartition("/")
         path_d, _, chain = head.rpartition("/")
         if path_d.endswith(".d") and chain:
             chain_objs.append((path_d[:-2], chain, info.key, info.size, info.mtime_ns))
     unusable = mstate.problems + tuple(f"{e.path}: {e.problem}" for e in mstate.invalid.values())
-    return Facts(state.name, mstate.entries, mstate.last_seq, mstate.base_seq, tuple(objects),
-                 absent, missing, state.live.is_dir(), tuple(staging), tuple(chain_objs),
-                 unusable)
+    return Facts(
+        state.name,
+        mstate.entries,
+        mstate.last_seq,
+        mstate.base_seq,
+        tuple(objects),
+        absent,
+        missing,
+        state.live.is_dir(),
+        tuple(staging),
+        tuple(chain_objs),
+        unusable,
+    )
 
 
 def _exists_locally(state: AdapterState, path: str, kind: str) -> bool:
@@ -305,13 +342,15 @@ def _exists_locally(state: AdapterState, path: str, kind: str) -> bool:
 # -- doing ------------------------------------------------------------------
 
 
-def execute(state: AdapterState, facts: Facts, actions: Sequence[GcAction], now_ns: int
-            ) -> AdapterGc:
+def execute(
+    state: AdapterState, facts: Facts, actions: Sequence[GcAction], now_ns: int
+) -> AdapterGc:
     """Carry out a plan under the state lock: new base first, then deletions."""
     store = state.store
     tombs = [a for a in actions if isinstance(a, DeletePath)]
-    kept = tuple(a.path for a in tombs
-                 if _exists_locally(state, a.path, facts.entries[a.path].kind))
+    kept = tuple(
+        a.path for a in tombs if _exists_locally(state, a.path, facts.entries[a.path].kind)
+    )
     tombs = [a for a in tombs if a.path not in kept]
     manifest_name = None
     count = size = 0
@@ -322,23 +361,33 @@ def execute(state: AdapterState, facts: Facts, actions: Sequence[GcAction], now_
         gone = {a.path for a in tombs}
         store.barrier()
         manifest_name = checkpoint.write_base(
-            state, (e for p, e in sorted(facts.entries.items()) if p not in gone), now_ns)
+            state, (e for p, e in sorted(facts.entries.items()) if p not in gone), now_ns
+        )
         for path in gone:
             index.forget(path)
         index.save(state.index_path)
-        log.info("gc.manifest adapter=%s object=%s removed=%d", state.name, manifest_name,
-                 len(gone))
+        log.info(
+            "gc.manifest adapter=%s object=%s removed=%d",
+            state.name,
+            manifest_name,
+            len(gone),
+            extra={"event": "gc.manifest"},
+        )
     # Without a new base, only objects older than the newest readable base may go.
     manifest_limit = 1 << 62 if manifest_name else facts.base_seq
     for action in actions:
         if isinstance(action, DeletePath):
-            if action.path in kept or _exists_locally(state, action.path,
-                                                       facts.entries[action.path].kind):
+            if action.path in kept or _exists_locally(
+                state, action.path, facts.entries[action.path].kind
+            ):
                 continue  # reappeared: never delete a file that exists locally
             names: Sequence[str] = action.objects
         elif isinstance(action, DeleteObjects):
-            names = [n for n in action.objects
-                     if not n.startswith(MANIFEST_DIR + "/") or _seq(n) < manifest_limit]
+            names = [
+                n
+                for n in action.objects
+                if not n.startswith(MANIFEST_DIR + "/") or _seq(n) < manifest_limit
+            ]
         else:
             continue
         for name in names:
@@ -346,9 +395,20 @@ def execute(state: AdapterState, facts: Facts, actions: Sequence[GcAction], now_
             if store.delete(name):
                 count += 1
                 size += st.size if st else 0
-                log.info("gc.deleted adapter=%s object=%s", state.name, name)
-    return AdapterGc(state.name, tuple(map(str, actions)), objects=count, bytes=size,
-                     manifest=manifest_name, kept=kept)
+                log.info(
+                    "gc.deleted adapter=%s object=%s",
+                    state.name,
+                    name,
+                    extra={"event": "gc.deleted"},
+                )
+    return AdapterGc(
+        state.name,
+        tuple(map(str, actions)),
+        objects=count,
+        bytes=size,
+        manifest=manifest_name,
+        kept=kept,
+    )
 
 
 def _seq(name: str) -> int:
@@ -356,8 +416,15 @@ def _seq(name: str) -> int:
     return int(base.split(".", 1)[0]) if base[:1].isdigit() else 1 << 62
 
 
-def run(specs: Sequence[AdapterSpec], adapter_state: Callable[[AdapterSpec], AdapterState],
-        cfg: GcConfig, state_dir: Path, *, clock: Callable[[], int], apply: bool) -> GcReport:
+def run(
+    specs: Sequence[AdapterSpec],
+    adapter_state: Callable[[AdapterSpec], AdapterState],
+    cfg: GcConfig,
+    state_dir: Path,
+    *,
+    clock: Callable[[], int],
+    apply: bool,
+) -> GcReport:
     """Plan gc for each adapter (its store and index from `adapter_state`); with `apply`,
     execute it under the state lock."""
     why = restore_refusal(state_dir)
@@ -370,14 +437,20 @@ def run(specs: Sequence[AdapterSpec], adapter_state: Callable[[AdapterSpec], Ada
         except LockBusy:
             return GcReport((), apply, refused="a checkpoint or restore is running: try again")
     try:
-        return GcReport(tuple(_one(spec, adapter_state, cfg, clock, apply) for spec in specs),
-                        apply)
+        return GcReport(
+            tuple(_one(spec, adapter_state, cfg, clock, apply) for spec in specs), apply
+        )
     finally:
         lock.release()
 
 
-def _one(spec: AdapterSpec, adapter_state: Callable[[AdapterSpec], AdapterState],
-         cfg: GcConfig, clock: Callable[[], int], apply: bool) -> AdapterGc:
+def _one(
+    spec: AdapterSpec,
+    adapter_state: Callable[[AdapterSpec], AdapterState],
+    cfg: GcConfig,
+    clock: Callable[[], int],
+    apply: bool,
+) -> AdapterGc:
     now = clock()
     try:
         state = adapter_state(spec)
@@ -393,6 +466,9 @@ def _one(spec: AdapterSpec, adapter_state: Callable[[AdapterSpec], AdapterState]
     except DurableError as exc:
         return AdapterGc(spec.name, fatal=str(exc))
     deletions = [a for a in actions if isinstance(a, (DeletePath, DeleteObjects))]
-    return AdapterGc(spec.name, tuple(map(str, actions)),
-                     objects=sum(len(a.objects) for a in deletions),
-                     bytes=sum(a.bytes for a in deletions))
+    return AdapterGc(
+        spec.name,
+        tuple(map(str, actions)),
+        objects=sum(len(a.objects) for a in deletions),
+        bytes=sum(a.bytes for a in deletions),
+    )

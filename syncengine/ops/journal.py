@@ -47,7 +47,7 @@ def session_dir(session: str | bytes) -> str:
     enc = "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in raw)
     name = f"s-{enc}"
     if len(name) > _MAX_DIR:
-        name = f"{name[:_MAX_DIR - 34]}~{xxhash.xxh3_128_hexdigest(raw)}"
+        name = f"{name[: _MAX_DIR - 34]}~{xxhash.xxh3_128_hexdigest(raw)}"
     return name
 
 
@@ -64,8 +64,13 @@ class Prompt:
 class Journal:
     """Prompts per session under `root` (durable), counters under `state_dir` (local)."""
 
-    def __init__(self, root: str | os.PathLike[str] | Store, state_dir: str | os.PathLike[str],
-                 *, clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | Store,
+        state_dir: str | os.PathLike[str],
+        *,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
         self.store = PosixStore(root) if isinstance(root, str | os.PathLike) else root
         self.state_dir = Path(state_dir) / "journal"
         self.clock = clock
@@ -74,8 +79,9 @@ class Journal:
         """Write `prompt` as one closed object; return once it is durable."""
         sdir = session_dir(session)
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        lock_fd = os.open(self.state_dir / f"{sdir}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                          0o600)
+        lock_fd = os.open(
+            self.state_dir / f"{sdir}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             seq = self._next_seq(sdir)
@@ -88,8 +94,7 @@ class Journal:
             except OSError as exc:
                 raise durable_error("write", self.store.where(key), exc) from exc
             except CommitRefused as exc:
-                raise DurableError(f"write (commit) {self.store.where(key)}: {exc.reason}"
-                                   ) from exc
+                raise DurableError(f"write (commit) {self.store.where(key)}: {exc.reason}") from exc
             self.store.barrier()
         finally:
             os.close(lock_fd)
@@ -118,8 +123,7 @@ class Journal:
 
     def list(self, session: str | bytes) -> list[Prompt]:
         """The session's prompts in order (sequence, then time, then name)."""
-        return sorted(self._scan(session_dir(session)),
-                      key=lambda p: (p.seq, p.time_ns, p.name))
+        return sorted(self._scan(session_dir(session)), key=lambda p: (p.seq, p.time_ns, p.name))
 
     def read(self, session: str | bytes, prompt: Prompt) -> bytes:
         return self.store.read_bytes(f"{session_dir(session)}/{prompt.name}")

@@ -75,9 +75,14 @@ def _expand(text: str, ctx: Setup, spec: AdapterSpec, source: Path | None = None
     cfg = ctx.config
     if "{home}" in text and cfg.home is None:
         raise _NoHome(text)
-    for key, value in (("{durable_root}", cfg.durable_root), ("{local_root}", cfg.local_root),
-                       ("{durable}", spec.durable), ("{live}", spec.live),
-                       ("{home}", cfg.home or ""), ("{from}", source or "")):
+    for key, value in (
+        ("{durable_root}", cfg.durable_root),
+        ("{local_root}", cfg.local_root),
+        ("{durable}", spec.durable),
+        ("{live}", spec.live),
+        ("{home}", cfg.home or ""),
+        ("{from}", source or ""),
+    ):
         text = text.replace(key, os.fspath(value))
     return Path(os.path.normpath(text))
 
@@ -95,8 +100,12 @@ def plan_step(ctx: Setup, spec: AdapterSpec, step: MigrateStep, now_ns: int) -> 
         if step.action == "copy_tree":
             return _plan_copy_tree(ctx, spec, step, now_ns)
     except _NoHome as exc:
-        return [Note(f"{spec.name}: {step.action} {exc}: HOME is not set (environment "
-                     "variable HOME or config key home): skipped")]
+        return [
+            Note(
+                f"{spec.name}: {step.action} {exc}: HOME is not set (environment "
+                "variable HOME or config key home): skipped"
+            )
+        ]
     store = ctx.store(spec.durable)
     if step.action == "quarantine":
         return _plan_quarantine(store, spec, step, now_ns)
@@ -112,8 +121,9 @@ def _plan_unlink(ctx: Setup, spec: AdapterSpec, step: MigrateStep) -> list[Actio
     if step.target:
         want = _expand(step.target, ctx, spec)
         if Path(os.path.normpath(path.parent / target)) != want:
-            return [Note(f"{spec.name}: {path} -> {target} is not the old link to {want}: "
-                         "left alone")]
+            return [
+                Note(f"{spec.name}: {path} -> {target} is not the old link to {want}: left alone")
+            ]
     return [Unlink(path, target, then_mkdir=True)]
 
 
@@ -121,14 +131,15 @@ def _db_matcher(spec: AdapterSpec) -> Matcher:
     return compile_patterns(database_patterns(spec.sqlite), where="sqlite")
 
 
-def _plan_copy_tree(ctx: Setup, spec: AdapterSpec, step: MigrateStep, now_ns: int
-                    ) -> list[Action]:
+def _plan_copy_tree(ctx: Setup, spec: AdapterSpec, step: MigrateStep, now_ns: int) -> list[Action]:
     src = _expand(step.source, ctx, spec)
     link_to = _expand(step.link_to, ctx, spec, src) if step.link_to else None
     found = ctx.store(src.parent).head(src.name)  # the legacy tree, on the durable side
     if found is None:
-        return [Note(f"{spec.name}: nothing at {src}: nothing to copy"),
-                *([Link(src, link_to)] if link_to else [])]
+        return [
+            Note(f"{spec.name}: nothing at {src}: nothing to copy"),
+            *([Link(src, link_to)] if link_to else []),
+        ]
     if found.kind == "link":
         if link_to:
             return [_relink(spec, src, link_to)]
@@ -176,11 +187,13 @@ def _plan_copies(ctx: Setup, spec: AdapterSpec, step: MigrateStep, src: Path) ->
             continue
         kind = "symlink" if link is not None else "file"
         entry = Entry(dest, kind, info.size, info.mtime_ns, info.mode, target=link)
-        decision = plan_restore_entry(entry, _dest_state(store, entries.get(dest), dest),
-                                      unsafe=None)
+        decision = plan_restore_entry(
+            entry, _dest_state(store, entries.get(dest), dest), unsafe=None
+        )
         if isinstance(decision, (Fetch, MakeLink)):
-            actions.append(Copy(spec.name, src, rel, dest, not raw_db, decision.reason,
-                                link, info.mtime_ns))
+            actions.append(
+                Copy(spec.name, src, rel, dest, not raw_db, decision.reason, link, info.mtime_ns)
+            )
     return actions
 
 
@@ -196,16 +209,18 @@ def _target(info: ObjectInfo, root: Path) -> str | None:
 def _dest_state(store: Store, entry: Entry | None, dest: str) -> LocalState | None:
     """The destination as restore's rule sees it: the manifest entry, else the object."""
     if entry is not None:
-        return LocalState(entry.kind if entry.kind == "symlink" else "file", entry.size,
-                          entry.mtime_ns)
+        return LocalState(
+            entry.kind if entry.kind == "symlink" else "file", entry.size, entry.mtime_ns
+        )
     st = store.head(dest)
     if st is None:
         return None
     return LocalState("file" if st.kind == "file" else "other", st.size, st.mtime_ns)
 
 
-def _plan_quarantine(store: Store, spec: AdapterSpec, step: MigrateStep, now_ns: int
-                     ) -> list[Action]:
+def _plan_quarantine(
+    store: Store, spec: AdapterSpec, step: MigrateStep, now_ns: int
+) -> list[Action]:
     import fnmatch
 
     to = step.to.strip("/")
@@ -219,8 +234,9 @@ def _plan_quarantine(store: Store, spec: AdapterSpec, step: MigrateStep, now_ns:
             if store.head(new) is not None:
                 new = f"{new}.{now_ns}"
             actions.append(Move(spec.durable, name, new))
-    return actions or [Note(f"{spec.name}: no {' '.join(step.patterns)} in {spec.durable}: "
-                            "nothing to quarantine")]
+    return actions or [
+        Note(f"{spec.name}: no {' '.join(step.patterns)} in {spec.durable}: nothing to quarantine")
+    ]
 
 
 # -- doing --------------------------------------------------------------------
@@ -239,8 +255,9 @@ def run(ctx: Setup, *, dry_run: bool) -> MigrateReport:
             copied: list[Entry] = []
             for step in (None, *spec.migrate):
                 try:
-                    actions = (plan_dirs(spec) if step is None else
-                               plan_step(ctx, spec, step, ctx.clock()))
+                    actions = (
+                        plan_dirs(spec) if step is None else plan_step(ctx, spec, step, ctx.clock())
+                    )
                 except DurableError as exc:
                     errors.append(f"{spec.name}: {getattr(step, 'action', 'mkdir')}: {exc}")
                     continue
@@ -254,8 +271,10 @@ def run(ctx: Setup, *, dry_run: bool) -> MigrateReport:
                         lines.append(f"would {action}")
                         continue
                     if failed and isinstance(action, Move | Link):
-                        errors.append(f"not done: {action}: an earlier action of this step "
-                                      "failed (the next run copies again from there)")
+                        errors.append(
+                            f"not done: {action}: an earlier action of this step "
+                            "failed (the next run copies again from there)"
+                        )
                         continue
                     try:
                         entry = _execute(ctx, spec, action)
@@ -298,13 +317,21 @@ def _execute(ctx: Setup, spec: AdapterSpec, action: Action) -> Entry | None:
         openfiles.snapshot(ctx.store(spec.durable), action, ctx.clock())
     elif isinstance(action, Copy):
         if action.link_target is not None:
-            return Entry(action.dest, "symlink", mtime_ns=action.mtime_ns,
-                         target=action.link_target)
-        c = upload(ctx.store(spec.durable), os.fspath(action.src_root), action.rel,
-                   known_hash=None, known_size=None, dest=action.dest)
+            return Entry(
+                action.dest, "symlink", mtime_ns=action.mtime_ns, target=action.link_target
+            )
+        c = upload(
+            ctx.store(spec.durable),
+            os.fspath(action.src_root),
+            action.rel,
+            known_hash=None,
+            known_size=None,
+            dest=action.dest,
+        )
         if action.listed:
-            return Entry(action.dest, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64,
-                         object=c.object)
+            return Entry(
+                action.dest, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64, object=c.object
+            )
     return None
 
 
@@ -312,9 +339,13 @@ def _link(action: Link) -> None:
     """`ln -sfn`, but a real directory or file at the path is never replaced."""
     path = action.path
     if os.path.lexists(path) and not path.is_symlink():
-        raise SourceError(os.fspath(path), "link", "a real file or directory is there: not "
-                          "replaced; move it away (it is the harness's old data) and run "
-                          "migrate again")
+        raise SourceError(
+            os.fspath(path),
+            "link",
+            "a real file or directory is there: not "
+            "replaced; move it away (it is the harness's old data) and run "
+            "migrate again",
+        )
     os.makedirs(path.parent, exist_ok=True)
     fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -339,8 +370,9 @@ def _record(ctx: Setup, spec: AdapterSpec, copied: list[Entry]) -> str:
             if excluded.excluded(rel, False) or dbs.excluded(rel, False):
                 continue
             if info.kind == "link":
-                entries[rel] = Entry(rel, "symlink", mtime_ns=info.mtime_ns,
-                                     target=_target(info, spec.durable))
+                entries[rel] = Entry(
+                    rel, "symlink", mtime_ns=info.mtime_ns, target=_target(info, spec.durable)
+                )
             else:
                 entries[rel] = Entry(rel, "file", info.size, info.mtime_ns, info.mode)
     entries.update((e.path, e) for e in copied)

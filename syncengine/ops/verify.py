@@ -95,19 +95,30 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return all(not a.problems and a.fatal is None and not (self.strict and a.unlisted)
-                   for a in self.adapters)
+        return all(
+            not a.problems and a.fatal is None and not (self.strict and a.unlisted)
+            for a in self.adapters
+        )
 
     @property
     def exit_code(self) -> int:
         return 0 if self.ok else 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "sample": self.sample, "strict": self.strict,
-                "adapters": [{**attrs.asdict(a, recurse=False),
-                              "problems": [attrs.asdict(p) for p in a.problems],
-                              "unlisted": list(a.unlisted), "notes": list(a.notes)}
-                             for a in self.adapters]}
+        return {
+            "ok": self.ok,
+            "sample": self.sample,
+            "strict": self.strict,
+            "adapters": [
+                {
+                    **attrs.asdict(a, recurse=False),
+                    "problems": [attrs.asdict(p) for p in a.problems],
+                    "unlisted": list(a.unlisted),
+                    "notes": list(a.notes),
+                }
+                for a in self.adapters
+            ],
+        }
 
     def lines(self) -> list[str]:
         out = []
@@ -116,14 +127,19 @@ class VerifyReport:
                 out.append(f"{a.name}: FAILED: {a.fatal}")
                 continue
             out.extend(f"PROBLEM {p}" for p in a.problems)
-            out.extend(f"{'PROBLEM' if self.strict else 'unlisted'} {a.name}: {u}: "
-                       "on the durable side but in no manifest entry" for u in a.unlisted)
+            out.extend(
+                f"{'PROBLEM' if self.strict else 'unlisted'} {a.name}: {u}: "
+                "on the durable side but in no manifest entry"
+                for u in a.unlisted
+            )
             out.extend(f"note {a.name}: {n}" for n in a.notes)
             state = "" if a.complete else " (stopped at the limit: run again to continue)"
             resumed = f", resumed after {a.resumed_after}" if a.resumed_after else ""
-            out.append(f"{a.name}: manifest seq {a.seq}, {a.entries} entries, {a.checked} "
-                       f"checked, {a.hashed} read back ({a.bytes_read} bytes){resumed}; "
-                       f"{len(a.problems)} problem(s), {len(a.unlisted)} unlisted{state}")
+            out.append(
+                f"{a.name}: manifest seq {a.seq}, {a.entries} entries, {a.checked} "
+                f"checked, {a.hashed} read back ({a.bytes_read} bytes){resumed}; "
+                f"{len(a.problems)} problem(s), {len(a.unlisted)} unlisted{state}"
+            )
         out.append("verify: OK" if self.ok else "verify: PROBLEMS FOUND")
         return out
 
@@ -157,16 +173,24 @@ class _Progress:
         savefile.write_file(path, json.dumps(attrs.asdict(self)).encode(), fsync=False)
 
 
-def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
-                   restart: bool = False, limit: int | None = None,
-                   progress: Reporter = SILENT) -> AdapterVerify:
+def verify_adapter(
+    name: str,
+    store: Store,
+    state_dir: Path,
+    *,
+    sample: float,
+    restart: bool = False,
+    limit: int | None = None,
+    progress: Reporter = SILENT,
+) -> AdapterVerify:
     """Check one adapter's durable side; see the module docstring."""
     progress_path = state_dir / "verify" / f"{name}.json"
     index = Index.load(index_path(state_dir, name))  # first: a pass saves it after the manifest
     if not store.exists():
         lost = tuple(_behind(name, store, index, 0))
-        return AdapterVerify(name, problems=lost, notes=() if lost else (
-            "no durable checkpoint yet",))
+        return AdapterVerify(
+            name, problems=lost, notes=() if lost else ("no durable checkpoint yet",)
+        )
     state = manifest.load(store)
     entries = sorted(state.entries.values(), key=lambda e: e.path)
     old = None if restart else _Progress.load(progress_path)
@@ -181,20 +205,38 @@ def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
         problems += [Problem(name, e.path, e.problem or "") for e in state.invalid.values()]
         problems += _behind(name, store, index, state.last_seq)
     notes = [f"manifest: {w}" for w in state.warnings]
-    check = _Checker(store, state_dir, notes, _Unrecorded(
-        staging_marker(state_dir, name), index_path(state_dir, name), state.last_seq))
+    check = _Checker(
+        store,
+        state_dir,
+        notes,
+        _Unrecorded(staging_marker(state_dir, name), index_path(state_dir, name), state.last_seq),
+    )
     done = 0
-    meter = progress.start("verify", name, len(todo), sum(
-        e.size for e in todo if sampled(e.path, state.last_seq, sample)))
+    meter = progress.start(
+        "verify",
+        name,
+        len(todo),
+        sum(e.size for e in todo if sampled(e.path, state.last_seq, sample)),
+    )
     with store.batch():
         for entry in todo:
             if limit is not None and done >= limit:
                 meter.finish()
                 prog.problems = [[p.path, p.what] for p in problems]
                 prog.save(progress_path)
-                return AdapterVerify(name, state.last_seq, len(entries), prog.checked,
-                                     prog.hashed, prog.bytes_read, tuple(problems), (),
-                                     tuple(notes), complete=False, resumed_after=resumed)
+                return AdapterVerify(
+                    name,
+                    state.last_seq,
+                    len(entries),
+                    prog.checked,
+                    prog.hashed,
+                    prog.bytes_read,
+                    tuple(problems),
+                    (),
+                    tuple(notes),
+                    complete=False,
+                    resumed_after=resumed,
+                )
             found, read = check.entry(entry, sampled(entry.path, state.last_seq, sample))
             problems.extend(Problem(name, entry.path, w) for w in found)
             prog.checked += 1
@@ -211,22 +253,39 @@ def verify_adapter(name: str, store: Store, state_dir: Path, *, sample: float,
     if unlisted and not state.last_seq:
         notes.append("no manifest yet (old layout): files stay unlisted until a checkpoint")
     progress_path.unlink(missing_ok=True)
-    return AdapterVerify(name, state.last_seq, len(entries), prog.checked, prog.hashed,
-                         prog.bytes_read, tuple(problems), unlisted, tuple(notes),
-                         resumed_after=resumed)
+    return AdapterVerify(
+        name,
+        state.last_seq,
+        len(entries),
+        prog.checked,
+        prog.hashed,
+        prog.bytes_read,
+        tuple(problems),
+        unlisted,
+        tuple(notes),
+        resumed_after=resumed,
+    )
 
 
 def _behind(name: str, store: Store, index: Index | None, last_seq: int) -> list[Problem]:
     """The durable side lacks what this machine's index records as published."""
     if index is None:
         return []
-    fix = ("the durable side is behind this machine's index (a write-back mount that lost "
-           "its uploads?); run `syncengine checkpoint`: it publishes it again")
+    fix = (
+        "the durable side is behind this machine's index (a write-back mount that lost "
+        "its uploads?); run `syncengine checkpoint`: it publishes it again"
+    )
     seq = int(index.meta.get("manifest_seq", 0))
     out = []
     if seq > last_seq:
-        out.append(Problem(name, MANIFEST_DIR, f"the newest manifest object is {last_seq:012d}, "
-                           f"the local index recorded {seq:012d}: {fix}"))
+        out.append(
+            Problem(
+                name,
+                MANIFEST_DIR,
+                f"the newest manifest object is {last_seq:012d}, "
+                f"the local index recorded {seq:012d}: {fix}",
+            )
+        )
     for path, what in behind.audit(store, index, None).missing.items():
         out.append(Problem(name, path, f"{what}: {fix}"))
     return out
@@ -252,8 +311,9 @@ def _size_problem(st: ObjectInfo | None, size: int, what: str) -> str | None:
     return None
 
 
-def _check_chain(store: Store, entry: Entry, sample: bool, notes: list[str]
-                 ) -> tuple[list[str], int | None]:
+def _check_chain(
+    store: Store, entry: Entry, sample: bool, notes: list[str]
+) -> tuple[list[str], int | None]:
     resolved = chain.load(store, entry)  # the objects restore would use, or SourceError
     out = []
     for i, piece in enumerate(resolved.pieces):
@@ -261,14 +321,18 @@ def _check_chain(store: Store, entry: Entry, sample: bool, notes: list[str]
         problem = _size_problem(st, piece.length, f"segment {piece.name}")
         torn = st is not None and st.size < piece.length and i == len(resolved.pieces) - 1
         if problem and torn and i >= resolved.recorded:
-            notes.append(f"{entry.path}: last segment {piece.label} is cut short and no "
-                         "manifest lists it (a killed publish): restore ends before it")
+            notes.append(
+                f"{entry.path}: last segment {piece.label} is cut short and no "
+                "manifest lists it (a killed publish): restore ends before it"
+            )
         elif problem:
             out.append(problem)
     if out or not sample:
         return out, None
     read, _ = chain.read(resolved, store, None)
     return [], read.size
+
+
 @attrs.define
 class _Unrecorded:
     """`recorded.unrecorded_possible` for verify, asked only when a copy differs; asked
@@ -315,18 +379,21 @@ class _Checker:
             return [exc.reason], None
         except OSError as exc:
             return [f"cannot read: {exc.strerror or exc}"], None
-        self.notes.append(f"{entry.path}: kind {entry.kind!r} not known to this version, "
-                          "not checked")
+        self.notes.append(
+            f"{entry.path}: kind {entry.kind!r} not known to this version, not checked"
+        )
         return [], None
 
-    def _judged(self, entry: Entry, what: str, size: int, st: ObjectInfo,
-                digest: int | None) -> list[str]:
-        verdict = recorded.judge(entry, size, st.mtime_ns, digest,
-                                 unrecorded=self.unrecorded)
+    def _judged(
+        self, entry: Entry, what: str, size: int, st: ObjectInfo, digest: int | None
+    ) -> list[str]:
+        verdict = recorded.judge(entry, size, st.mtime_ns, digest, unrecorded=self.unrecorded)
         if verdict.newer:
-            self.notes.append(f"{entry.path}: {what} is a newer complete version than the "
-                              "manifest records (an interrupted checkpoint); restore takes it "
-                              "and the next checkpoint records it")
+            self.notes.append(
+                f"{entry.path}: {what} is a newer complete version than the "
+                "manifest records (an interrupted checkpoint); restore takes it "
+                "and the next checkpoint records it"
+            )
         return [f"{what} {verdict.problem}"] if verdict.problem else []
 
     def _file(self, entry: Entry, sample: bool) -> tuple[list[str], int | None]:
@@ -351,8 +418,9 @@ class _Checker:
         if problem or st is None:
             return [problem or ""], None
         try:
-            n, h, verdict = sqlite.check_durable_copy(self.store, entry.location,
-                                                      self.state_dir / "verify")
+            n, h, verdict = sqlite.check_durable_copy(
+                self.store, entry.location, self.state_dir / "verify"
+            )
         except CheckFailed as exc:
             return [f"{where}: could not be checked: {exc}"], None
         except DurableError as exc:  # this object only, as an OSError was before
@@ -363,15 +431,31 @@ class _Checker:
         return out + self._judged(entry, where, n, st, h), n
 
 
-def verify(adapters: Mapping[str, Store], state_dir: Path, *, sample: float = 10.0,
-           strict: bool = False, restart: bool = False, limit: int | None = None,
-           progress: Reporter = SILENT) -> VerifyReport:
+def verify(
+    adapters: Mapping[str, Store],
+    state_dir: Path,
+    *,
+    sample: float = 10.0,
+    strict: bool = False,
+    restart: bool = False,
+    limit: int | None = None,
+    progress: Reporter = SILENT,
+) -> VerifyReport:
     """Verify each named store; a failing durable side stops only that adapter."""
     results = []
     for name, store in adapters.items():
         try:
-            results.append(verify_adapter(name, store, state_dir, sample=sample,
-                                          restart=restart, limit=limit, progress=progress))
+            results.append(
+                verify_adapter(
+                    name,
+                    store,
+                    state_dir,
+                    sample=sample,
+                    restart=restart,
+                    limit=limit,
+                    progress=progress,
+                )
+            )
         except DurableError as exc:
             results.append(AdapterVerify(name, fatal=str(exc)))
     return VerifyReport(tuple(results), sample, strict)

@@ -68,8 +68,10 @@ class AppendSegments:
             return f"segments {self.path} (new chain: {self.reason}, {self.size} bytes{then})"
         if self.size == self.start:
             return f"append {self.path} (no new bytes; {self.reason}{then})"
-        return (f"append {self.path} ({self.size - self.start} bytes after {self.start}: "
-                f"one segment of complete lines{then})")
+        return (
+            f"append {self.path} ({self.size - self.start} bytes after {self.start}: "
+            f"one segment of complete lines{then})"
+        )
 
 
 @attrs.frozen
@@ -81,8 +83,10 @@ class Compact:
     reason: str
 
     def __str__(self) -> str:
-        return (f"compact {self.path} ({self.reason}: a new chain of one base, {self.size} "
-                "bytes; and whole at its plain path unless it is there)")
+        return (
+            f"compact {self.path} ({self.reason}: a new chain of one base, {self.size} "
+            "bytes; and whole at its plain path unless it is there)"
+        )
 
 
 @attrs.frozen
@@ -94,8 +98,9 @@ class PlainCopy:
     reason: str
 
     def __str__(self) -> str:
-        return (f"plain {self.path} ({self.reason}: the whole log at its plain path, "
-                f"{self.size} bytes)")
+        return (
+            f"plain {self.path} ({self.reason}: the whole log at its plain path, {self.size} bytes)"
+        )
 
 
 @attrs.frozen
@@ -178,16 +183,35 @@ class SkipCompanion:
         return f"skip {self.path} (companion of SQLite database {self.database}: snapshotted)"
 
 
-CheckpointAction = (Upload | AppendSegments | Compact | PlainCopy | RecordLink | MarkAbsent
-                    | SkipSpecial | Snapshot | SkipCompanion | RecordDir | SkipDir)
+CheckpointAction = (
+    Upload
+    | AppendSegments
+    | Compact
+    | PlainCopy
+    | RecordLink
+    | MarkAbsent
+    | SkipSpecial
+    | Snapshot
+    | SkipCompanion
+    | RecordDir
+    | SkipDir
+)
 PUBLISHING = (Upload, AppendSegments, Compact, PlainCopy, Snapshot)  # actions that copy bytes
 
 
-def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
-                    compact: frozenset[str] = frozenset(), *, logs: Matcher | None = None,
-                    sniff: Sniffer | None = None, plain: frozenset[str] = frozenset(),
-                    plain_why: str = "quiet", missing_dirs: Iterable[str] = (),
-                    trust_hashes: bool = True) -> tuple[CheckpointAction, ...]:
+def plan_checkpoint(
+    scan: ScanResult,
+    index: Index,
+    missing: Iterable[str] = (),
+    compact: frozenset[str] = frozenset(),
+    *,
+    logs: Matcher | None = None,
+    sniff: Sniffer | None = None,
+    plain: frozenset[str] = frozenset(),
+    plain_why: str = "quiet",
+    missing_dirs: Iterable[str] = (),
+    trust_hashes: bool = True,
+) -> tuple[CheckpointAction, ...]:
     """One action per changed, new, vanished or special path, naming what will be done.
 
     `logs` matches append-only logs (segments); `compact` names idle logs whose
@@ -215,8 +239,10 @@ def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
         rec = index.get(path)
         actions.append(PlainCopy(path, rec.size if rec else 0, plain_why))
     snapshotted = {a.path for a in actions if isinstance(a, Snapshot)}
-    actions.extend(Snapshot(p, "unlisted database: its WAL or journal changed", listed=False)
-                   for p in sorted(databases - snapshotted))
+    actions.extend(
+        Snapshot(p, "unlisted database: its WAL or journal changed", listed=False)
+        for p in sorted(databases - snapshotted)
+    )
     actions.extend(MarkAbsent(p) for p in sorted(missing))
     actions.extend(_plan_dir(d.path, d.mode, index) for d in sorted(scan.dirs))
     actions.extend(MarkAbsent(p, directory=True) for p in sorted(missing_dirs))
@@ -226,8 +252,11 @@ def plan_checkpoint(scan: ScanResult, index: Index, missing: Iterable[str] = (),
 
 def _plan_dir(path: str, mode: int, index: Index) -> RecordDir | SkipDir:
     if path in index.records:  # its tombstone must reach gc first (see Index.record_dir)
-        return SkipDir(path, "a file of that name is still recorded; the directory is "
-                             "recorded once gc has dropped it")
+        return SkipDir(
+            path,
+            "a file of that name is still recorded; the directory is "
+            "recorded once gc has dropped it",
+        )
     rec = index.dir_record(path)
     if rec is None:
         return RecordDir(path, mode, "new")
@@ -239,8 +268,14 @@ def _plan_dir(path: str, mode: int, index: Index) -> RecordDir | SkipDir:
 _HEADER_MIN = 512  # the smallest SQLite database (one page)
 
 
-def _plan_seen(seen: Seen, index: Index, logs: Matcher | None, sniff: Sniffer | None,
-               compact: bool, trust_hashes: bool) -> CheckpointAction:
+def _plan_seen(
+    seen: Seen,
+    index: Index,
+    logs: Matcher | None,
+    sniff: Sniffer | None,
+    compact: bool,
+    trust_hashes: bool,
+) -> CheckpointAction:
     if seen.is_link:
         return RecordLink(seen.path)
     if sniff is not None:
@@ -248,12 +283,10 @@ def _plan_seen(seen: Seen, index: Index, logs: Matcher | None, sniff: Sniffer | 
         if database is not None:
             return SkipCompanion(seen.path, database)
         if seen.size >= _HEADER_MIN and sniff.is_database(seen.path):
-            return Snapshot(seen.path, f"unlisted database, {_reason(seen, index)}",
-                            listed=False)
+            return Snapshot(seen.path, f"unlisted database, {_reason(seen, index)}", listed=False)
     if logs is not None and logs.excluded(seen.path, False):
         return _plan_log(seen, index, compact)
-    return Upload(seen.path, seen.size, _reason(seen, index, trust_hashes),
-                  hash_first=trust_hashes)
+    return Upload(seen.path, seen.size, _reason(seen, index, trust_hashes), hash_first=trust_hashes)
 
 
 def _reason(seen: Seen, index: Index, trust_hashes: bool = True) -> str:
@@ -263,8 +296,11 @@ def _reason(seen: Seen, index: Index, trust_hashes: bool = True) -> str:
     if rec.absent:
         return "reappeared"
     if rec.size == seen.size:
-        return "same size: hash first" if trust_hashes else (
-            "same size, copied whole: a killed pass may have left versions unrecorded")
+        return (
+            "same size: hash first"
+            if trust_hashes
+            else ("same size, copied whole: a killed pass may have left versions unrecorded")
+        )
     return f"size {rec.size} -> {seen.size}"
 
 
@@ -275,12 +311,17 @@ def _plan_log(seen: Seen, index: Index, compact: bool) -> AppendSegments | Compa
     covered = sum(lens)
     if rec is None or not lens or not extra.get("chain"):
         over = rec is not None and rec.kind == "file"  # its plain copy is that old content
-        return AppendSegments(seen.path, seen.size, 0, "new log" if rec is None else
-                              "not a segment chain yet",
-                              plain="first chain over its plain copy" if over else "")
+        return AppendSegments(
+            seen.path,
+            seen.size,
+            0,
+            "new log" if rec is None else "not a segment chain yet",
+            plain="first chain over its plain copy" if over else "",
+        )
     if seen.size < covered:
-        return AppendSegments(seen.path, seen.size, 0, f"shrank below the {covered} bytes "
-                              "published")
+        return AppendSegments(
+            seen.path, seen.size, 0, f"shrank below the {covered} bytes published"
+        )
     if len(lens) >= MAX_SEGMENTS:
         return Compact(seen.path, seen.size, f"{len(lens)} objects")
     if compact and len(lens) > 1:

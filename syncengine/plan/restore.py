@@ -104,16 +104,23 @@ class RestoreDB:
 
     def __str__(self) -> str:
         src = "raw db+wal (old layout)" if self.entry.extra.get("legacy") else "snapshot"
-        return (f"sqlite {self.entry.path} (keep if the local database is valid, "
-                f"else restore the {src})")
+        return (
+            f"sqlite {self.entry.path} (keep if the local database is valid, "
+            f"else restore the {src})"
+        )
 
 
 RestoreAction = Fetch | MakeLink | KeepLocal | Reject | RestoreDB | MakeDir
 
 
-def plan_restore_entry(entry: Entry, local: LocalState | None, *, unsafe: str | None,
-                       known_kinds: frozenset[str] = frozenset({"file", "symlink"}),
-                       walked: bool = False) -> RestoreAction:
+def plan_restore_entry(
+    entry: Entry,
+    local: LocalState | None,
+    *,
+    unsafe: str | None,
+    known_kinds: frozenset[str] = frozenset({"file", "symlink"}),
+    walked: bool = False,
+) -> RestoreAction:
     """Decide one durable entry against the live tree.
 
     The rule of invariant 5: a local file that is newer than (or as new as) the
@@ -131,8 +138,11 @@ def plan_restore_entry(entry: Entry, local: LocalState | None, *, unsafe: str | 
     if entry.kind == "dir":
         return _plan_dir_restore(entry, local)
     if local is None:
-        return (MakeLink(entry, "missing") if entry.kind == "symlink"
-                else Fetch(entry, "missing", walked))
+        return (
+            MakeLink(entry, "missing")
+            if entry.kind == "symlink"
+            else Fetch(entry, "missing", walked)
+        )
     reason = keep_reason(entry, local)
     if reason is not None and entry.kind == "segments" and local.kind in ("file", "symlink"):
         return Fetch(entry, f"{reason} by the manifest; its chain decides")
@@ -150,8 +160,7 @@ def _plan_dir_restore(entry: Entry, local: LocalState | None) -> MakeDir | KeepL
     if local is None:
         return MakeDir(entry, "missing")
     if local.kind != "dir":
-        return KeepLocal(entry, "local path is a file, symlink or special file, not a "
-                                "directory")
+        return KeepLocal(entry, "local path is a file, symlink or special file, not a directory")
     if local.mode == entry.mode:
         return KeepLocal(entry, "same")
     return KeepLocal(entry, f"exists locally with mode {local.mode:04o}; its mode is kept")

@@ -74,11 +74,12 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
     """
     state = manifest.load(store)
     if state.last_seq > int(index.meta.get("manifest_seq", 0)):
-        index.meta.update(manifest_seq=state.last_seq, base_seq=state.base_seq,
-                          deltas=state.deltas_since_base)
+        index.meta.update(
+            manifest_seq=state.last_seq, base_seq=state.base_seq, deltas=state.deltas_since_base
+        )
         index.changed = True
     for warning in state.warnings:
-        log.warning("manifest.warning %s", warning)
+        log.warning("manifest.warning %s", warning, extra={"event": "manifest.warning"})
     if state.readable or state.problems:
         entries = openfiles.reconcile(store, state.entries.values())
         return entries + list(state.invalid.values()), list(state.problems), "manifest"
@@ -93,8 +94,9 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
     return openfiles.reconcile(store, entries), list(state.problems), "walk"
 
 
-def plan(state: AdapterState, entries: Iterable[Entry], source: str = "manifest"
-         ) -> list[RestoreAction]:
+def plan(
+    state: AdapterState, entries: Iterable[Entry], source: str = "manifest"
+) -> list[RestoreAction]:
     """One action per durable entry, decided against the live tree.
 
     `source` "walk": the entries come from listing an old-layout tree.
@@ -103,8 +105,9 @@ def plan(state: AdapterState, entries: Iterable[Entry], source: str = "manifest"
     entries = [_restorable_mode(e) for e in entries]
     actions.extend(Reject(e, e.problem) for e in entries if e.problem is not None)
     entries = [e for e in entries if e.problem is None]
-    entries, databases = sqlite_restore.plan(entries, state.sqlite_patterns, state.live,
-                                             state.store)
+    entries, databases = sqlite_restore.plan(
+        entries, state.sqlite_patterns, state.live, state.store
+    )
     paths = {e.path for e in entries if e.kind != "dir"}  # a recorded directory is a parent
     empty = _is_empty(os.fspath(state.live))  # a first start: nothing local to compare
     with DirCache(state.live, remember_missing=True) as live:
@@ -115,8 +118,11 @@ def plan(state: AdapterState, entries: Iterable[Entry], source: str = "manifest"
                 check_relpath(entry.path)
                 if _parent_is_entry(entry.path, paths):
                     # contradictory: restoring both would depend on which copy runs first
-                    raise UnsafePath(entry.path, "plan", "a parent is itself a file or "
-                                     "symlink in the manifest; refused")
+                    raise UnsafePath(
+                        entry.path,
+                        "plan",
+                        "a parent is itself a file or symlink in the manifest; refused",
+                    )
                 if entry.object:
                     check_relpath(entry.object)
                 local = None if empty else local_state(live, entry.path)
@@ -128,8 +134,11 @@ def plan(state: AdapterState, entries: Iterable[Entry], source: str = "manifest"
                 unsafe = "a parent in the live tree is a file"
             except OSError as exc:
                 unsafe = f"cannot inspect the live path: {exc.strerror}"
-            actions.append(plan_restore_entry(entry, local, unsafe=unsafe, known_kinds=KINDS,
-                                              walked=source == "walk"))
+            actions.append(
+                plan_restore_entry(
+                    entry, local, unsafe=unsafe, known_kinds=KINDS, walked=source == "walk"
+                )
+            )
     actions.extend(databases)
     return actions
 
@@ -137,9 +146,14 @@ def plan(state: AdapterState, entries: Iterable[Entry], source: str = "manifest"
 def _restorable_mode(entry: Entry) -> Entry:
     safe = without_special_bits(entry)
     if safe is not entry:
-        log.warning("restore.mode-dropped path=%s mode=%04o restored=%04o: setuid, setgid and "
-                    "sticky bits from the durable side are never restored", entry.path,
-                    entry.mode, safe.mode)
+        log.warning(
+            "restore.mode-dropped path=%s mode=%04o restored=%04o: setuid, setgid and "
+            "sticky bits from the durable side are never restored",
+            entry.path,
+            entry.mode,
+            safe.mode,
+            extra={"event": "restore.mode-dropped"},
+        )
     return safe
 
 
@@ -162,8 +176,9 @@ def _parent_is_entry(path: str, paths: set[str]) -> bool:
     return False
 
 
-def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int,
-        progress: Reporter = SILENT) -> AdapterReport:
+def run(
+    state: AdapterState, actions: list[RestoreAction], *, jobs: int, progress: Reporter = SILENT
+) -> AdapterReport:
     """Carry out a restore plan for one adapter."""
     errors: list[PathError] = []
     restored: list[Done] = []
@@ -174,14 +189,19 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int,
     databases = [a for a in actions if isinstance(a, RestoreDB)]
     dirs = [a for a in actions if isinstance(a, MakeDir)]
     made: dict[str, int] = {}
-    unrecorded = recorded.unrecorded_possible(state.staging_marker, lambda: index.meta,
-                                              int(index.meta.get("manifest_seq", 0)))
-    meter = progress.start("restore", state.name, len(fetches),
-                           sum(a.entry.size or 0 for a in fetches))
+    unrecorded = recorded.unrecorded_possible(
+        state.staging_marker, lambda: index.meta, int(index.meta.get("manifest_seq", 0))
+    )
+    meter = progress.start(
+        "restore", state.name, len(fetches), sum(a.entry.size or 0 for a in fetches)
+    )
     try:
-        with DirCache(state.live, create=True) as live, state.store.batch(), \
-                _dirs_around(state, dirs, live, made, errors), \
-                closing(_execute(fetches, live, state.store, jobs, unrecorded)) as results:
+        with (
+            DirCache(state.live, create=True) as live,
+            state.store.batch(),
+            _dirs_around(state, dirs, live, made, errors),
+            closing(_execute(fetches, live, state.store, jobs, unrecorded)) as results,
+        ):
             for action, result in results:
                 meter.advance(1, action.entry.size or 0)
                 _collect(state, action, result, restored, errors, counts)
@@ -189,8 +209,9 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int,
                 try:
                     if state.sqlite is None:
                         raise SourceError(db.entry.path, "restore", "no SQLite options")
-                    outcome = sqlite_restore.restore_db(db, live, state.store, state.sqlite,
-                                                        unrecorded=unrecorded)
+                    outcome = sqlite_restore.restore_db(
+                        db, live, state.store, state.sqlite, unrecorded=unrecorded
+                    )
                 except SourceError as exc:
                     _failed(state, db.entry.path, exc, errors)
                     continue
@@ -210,49 +231,84 @@ def run(state: AdapterState, actions: list[RestoreAction], *, jobs: int,
             _seed(index, other.entry)
         elif isinstance(other, Reject):
             errors.append(PathError(state.name, other.entry.path, "restore", other.reason))
-            log.warning("restore.refused adapter=%s path=%s reason=%s", state.name,
-                        other.entry.path, other.reason)
+            log.warning(
+                "restore.refused adapter=%s path=%s reason=%s",
+                state.name,
+                other.entry.path,
+                other.reason,
+                extra={"event": "restore.refused"},
+            )
     _record(index, restored)
     for path, mode in made.items():  # as they are now: a mode that could not be set is
         index.record_dir(path, mode)  # not recorded as the manifest's, so it is kept there
     if index.changed:
         index.save(state.index_path)
     files = [e for e, _, _ in restored if e.kind != "symlink"]
-    return AdapterReport(name=state.name, files=len(files) + counts["dbs"],
-                         bytes=sum(e.size for e in files) + counts["db_bytes"],
-                         kept_local=counts["kept"], links=len(restored) - len(files),
-                         dirs=len(made), skipped=counts["skipped"], errors=tuple(errors),
-                         fatal=fatal)
+    return AdapterReport(
+        name=state.name,
+        files=len(files) + counts["dbs"],
+        bytes=sum(e.size for e in files) + counts["db_bytes"],
+        kept_local=counts["kept"],
+        links=len(restored) - len(files),
+        dirs=len(made),
+        skipped=counts["skipped"],
+        errors=tuple(errors),
+        fatal=fatal,
+    )
 
 
 @contextmanager
-def _dirs_around(state: AdapterState, dirs: list[MakeDir], live: DirCache,
-                 made: dict[str, int], errors: list[PathError]) -> Iterator[None]:
+def _dirs_around(
+    state: AdapterState,
+    dirs: list[MakeDir],
+    live: DirCache,
+    made: dict[str, int],
+    errors: list[PathError],
+) -> Iterator[None]:
     """Make the missing directories (shallowest first) before the files are placed, and
     set the modes that would have kept restore out of them after (deepest first: a
     directory's descendants before it), even when the durable side stopped the run."""
-    _make_dirs(state, sorted(dirs, key=lambda a: a.entry.path), live, made, errors,
-               last=False)
+    _make_dirs(state, sorted(dirs, key=lambda a: a.entry.path), live, made, errors, last=False)
     try:
         yield
     finally:
         late = [a for a in dirs if a.deferred and a.entry.path in made]
-        _make_dirs(state, sorted(late, key=lambda a: a.entry.path, reverse=True), live, made,
-                   errors, last=True)
+        _make_dirs(
+            state,
+            sorted(late, key=lambda a: a.entry.path, reverse=True),
+            live,
+            made,
+            errors,
+            last=True,
+        )
 
 
-def _make_dirs(state: AdapterState, dirs: list[MakeDir], live: DirCache,
-               made: dict[str, int], errors: list[PathError], *, last: bool) -> None:
+def _make_dirs(
+    state: AdapterState,
+    dirs: list[MakeDir],
+    live: DirCache,
+    made: dict[str, int],
+    errors: list[PathError],
+    *,
+    last: bool,
+) -> None:
     for action in dirs:
         try:
-            made[action.entry.path] = make_dir(action.entry, live,
-                                               set_mode=last or not action.deferred)
+            made[action.entry.path] = make_dir(
+                action.entry, live, set_mode=last or not action.deferred
+            )
         except SourceError as exc:  # made owner-only, if at all: recorded as it is
             _failed(state, action.entry.path, exc, errors)
 
 
-def _collect(state: AdapterState, action: Fetch | MakeLink, result: Outcome,
-             restored: list[Done], errors: list[PathError], counts: dict[str, int]) -> None:
+def _collect(
+    state: AdapterState,
+    action: Fetch | MakeLink,
+    result: Outcome,
+    restored: list[Done],
+    errors: list[PathError],
+    counts: dict[str, int],
+) -> None:
     if isinstance(result, tuple):
         restored.append(result)
         counts["newer"] += result[0] is not action.entry and result[0].kind == "file"
@@ -269,19 +325,38 @@ def _record(index: Index, restored: list[Done]) -> None:
     """The index learns every placed file, so the next checkpoint uploads none of them."""
     for entry, st, h in restored:
         if entry.kind == "segments":
-            segments.seed(index, entry, ino=st.st_ino, size=st.st_size, mtime_ns=st.st_mtime_ns,
-                          ctime_ns=st.st_ctime_ns)
+            segments.seed(
+                index,
+                entry,
+                ino=st.st_ino,
+                size=st.st_size,
+                mtime_ns=st.st_mtime_ns,
+                ctime_ns=st.st_ctime_ns,
+            )
             continue
         copy = openfiles.is_copy(entry)  # not at its canonical path yet: publish it next pass
-        index.record(entry.path, size=st.st_size, mtime_ns=st.st_mtime_ns,
-                     ctime_ns=DIRTY if copy else st.st_ctime_ns, hash64=0 if copy else h,
-                     mode=st.st_mode, kind=entry.kind, target=entry.target,
-                     extra=entry.index_extra() or {})
+        index.record(
+            entry.path,
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+            ctime_ns=DIRTY if copy else st.st_ctime_ns,
+            hash64=0 if copy else h,
+            mode=st.st_mode,
+            kind=entry.kind,
+            target=entry.target,
+            extra=entry.index_extra() or {},
+        )
 
 
 def _failed(state: AdapterState, path: str, exc: SourceError, errors: list[PathError]) -> None:
     errors.append(PathError(state.name, path, exc.operation, exc.reason))
-    log.warning("restore.failed adapter=%s path=%s error=%s", state.name, path, exc.reason)
+    log.warning(
+        "restore.failed adapter=%s path=%s error=%s",
+        state.name,
+        path,
+        exc.reason,
+        extra={"event": "restore.failed"},
+    )
 
 
 def _seed(index: Index, entry: Entry) -> None:
@@ -296,9 +371,17 @@ def _seed(index: Index, entry: Entry) -> None:
     if entry.kind == "dir":  # the durable mode: a different local one is recorded next pass
         index.record_dir(entry.path, entry.mode)
     elif entry.kind in ("file", "symlink"):
-        index.record(entry.path, size=entry.size, mtime_ns=entry.mtime_ns, ctime_ns=DIRTY,
-                     hash64=entry.hash or 0, mode=entry.mode, kind=entry.kind,
-                     target=entry.target, extra=entry.index_extra() or {})
+        index.record(
+            entry.path,
+            size=entry.size,
+            mtime_ns=entry.mtime_ns,
+            ctime_ns=DIRTY,
+            hash64=entry.hash or 0,
+            mode=entry.mode,
+            kind=entry.kind,
+            target=entry.target,
+            extra=entry.index_extra() or {},
+        )
     elif entry.kind == "segments":
         segments.seed_kept(index, entry)
 
@@ -306,8 +389,9 @@ def _seed(index: Index, entry: Entry) -> None:
 Outcome = Done | KeepLocal | Vanished | SourceError  # KeepLocal: a log whose chain is not newer
 
 
-def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: Store, jobs: int,
-             unrecorded: bool) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
+def _execute(
+    actions: list[Fetch | MakeLink], live: DirCache, durable: Store, jobs: int, unrecorded: bool
+) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
     """Each action's outcome, in order: threads on a mount, processes on a local disk.
 
     On a mount (`jobs` > 1) copies overlap their round trips in threads.  On a
@@ -315,6 +399,7 @@ def _execute(actions: list[Fetch | MakeLink], live: DirCache, durable: Store, jo
     is split into contiguous shares of the (path-sorted) actions, one per
     core, in forked processes (syncengine.walk.forked).
     """
+
     def one(action: Fetch | MakeLink) -> Outcome:
         try:
             if isinstance(action, MakeLink):
@@ -335,8 +420,9 @@ _FORK_MIN = 1000  # fewer actions than this: a fork costs more than it saves
 _FILE_COST = 128 << 10  # a file's fixed cost (opens, rename, Python) in bytes copied
 
 
-def _execute_forked(actions: list[Fetch | MakeLink], one: Callable[[Fetch | MakeLink], Outcome],
-                    n: int) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
+def _execute_forked(
+    actions: list[Fetch | MakeLink], one: Callable[[Fetch | MakeLink], Outcome], n: int
+) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
     def work(share: list[Fetch | MakeLink]) -> tuple[list[tuple[Any, ...]], str | None]:
         out: list[tuple[Any, ...]] = []  # picklable, see below
         for action in share:

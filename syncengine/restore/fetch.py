@@ -52,8 +52,9 @@ def local_state(live: DirCache, relpath: str) -> LocalState | None:
     return LocalState(kind, st.st_size, st.st_mtime_ns, st.st_mode & 0o7777)
 
 
-def fetch_file(action: Fetch, live: DirCache, durable: Store, *, unrecorded: bool
-               ) -> Done | Vanished:
+def fetch_file(
+    action: Fetch, live: DirCache, durable: Store, *, unrecorded: bool
+) -> Done | Vanished:
     """Copy one durable file into place, checked; Vanished: an old-layout file gone since
     the listing (skipped, like rsync's exit 24)."""
     entry = action.entry
@@ -62,21 +63,31 @@ def fetch_file(action: Fetch, live: DirCache, durable: Store, *, unrecorded: boo
             return _place(action, src, live, durable.where(entry.location), unrecorded)
     except FileNotFoundError as exc:  # the durable object (`_place` raises no OSError)
         if action.walked:
-            log.info("restore.vanished path=%s: gone from the durable tree (old layout, no "
-                     "manifest) since it was listed; skipped", entry.path)
+            log.info(
+                "restore.vanished path=%s: gone from the durable tree (old layout, no "
+                "manifest) since it was listed; skipped",
+                entry.path,
+                extra={"event": "restore.vanished"},
+            )
             return Vanished(entry.path)
-        raise SourceError(entry.path, "restore", f"listed in the manifest but missing on the "
-                          f"durable side ({entry.location})") from exc
+        raise SourceError(
+            entry.path,
+            "restore",
+            f"listed in the manifest but missing on the durable side ({entry.location})",
+        ) from exc
 
 
 def _place(action: Fetch, src: Opened, live: DirCache, where: str, unrecorded: bool) -> Done:
     entry = action.entry
     try:
         if src.info.kind != "file":
-            raise SourceError(entry.path, "restore", f"durable object {entry.location} is not "
-                              "a regular file")
-        with live.parent(entry.path) as (dir_fd, name), \
-                savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
+            raise SourceError(
+                entry.path, "restore", f"durable object {entry.location} is not a regular file"
+            )
+        with (
+            live.parent(entry.path) as (dir_fd, name),
+            savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp,
+        ):
             try:
                 n, h = stream(src.file, None, tmp.write, src_name=where, dst_name=entry.path)
             except DurableError as exc:  # here the "durable" side of stream() is the live file
@@ -90,18 +101,25 @@ def _place(action: Fetch, src: Opened, live: DirCache, where: str, unrecorded: b
     return placed, after, h
 
 
-def _checked(entry: Entry, size: int, st: ObjectInfo, digest: int, unrecorded: bool
-             ) -> Entry:
+def _checked(entry: Entry, size: int, st: ObjectInfo, digest: int, unrecorded: bool) -> Entry:
     """The entry as placed: the recorded one, or a newer complete version (raise if corrupt)."""
     verdict = recorded.judge(entry, size, st.mtime_ns, digest, unrecorded=unrecorded)
     if verdict.problem is not None:
-        raise SourceError(entry.path, "restore", f"the durable copy {entry.location} "
-                          f"{verdict.problem}; the live path was left as it was")
+        raise SourceError(
+            entry.path,
+            "restore",
+            f"the durable copy {entry.location} "
+            f"{verdict.problem}; the live path was left as it was",
+        )
     if not verdict.newer:
         return entry
-    log.warning("restore.newer-than-manifest path=%s: the durable copy is a newer complete "
-                "version than the manifest records (a checkpoint was interrupted before "
-                "recording it); restored with its own mtime", entry.path)
+    log.warning(
+        "restore.newer-than-manifest path=%s: the durable copy is a newer complete "
+        "version than the manifest records (a checkpoint was interrupted before "
+        "recording it); restored with its own mtime",
+        entry.path,
+        extra={"event": "restore.newer-than-manifest"},
+    )
     return attrs.evolve(entry, size=size, mtime_ns=st.mtime_ns, hash=digest)
 
 
@@ -120,8 +138,11 @@ def fetch_log(entry: Entry, live: DirCache, durable: Store) -> Done | KeepLocal:
         keep = _keep_local(entry, resolved, live, plain)
         if keep is not None:
             return keep
-        with live.parent(entry.path) as (dir_fd, name), \
-                savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
+        with (
+            live.parent(entry.path) as (dir_fd, name),
+            savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp,
+        ):
+
             def write(chunk: memoryview) -> None:
                 try:
                     tmp.write(chunk)
@@ -133,9 +154,15 @@ def fetch_log(entry: Entry, live: DirCache, durable: Store) -> Done | KeepLocal:
             rebuilt = resolved.as_entry(h)
             grown = chain.extend(durable, entry, resolved.size, h, write) if plain else None
             if grown is not None:  # the chain's state stays; the index sees the rest as new
-                rebuilt = attrs.evolve(rebuilt, size=grown[0], mtime_ns=max(
-                    grown[1], rebuilt.mtime_ns), extra={**rebuilt.extra, chain.PLAIN: {
-                        "size": grown[0], "hash": f"{grown[2]:016x}"}})
+                rebuilt = attrs.evolve(
+                    rebuilt,
+                    size=grown[0],
+                    mtime_ns=max(grown[1], rebuilt.mtime_ns),
+                    extra={
+                        **rebuilt.extra,
+                        chain.PLAIN: {"size": grown[0], "hash": f"{grown[2]:016x}"},
+                    },
+                )
             elif plain is not None or len(resolved.pieces) < listed:
                 keep = _keep_local(entry, resolved, live, None)  # less than planned: ask again
                 if keep is not None:
@@ -150,8 +177,9 @@ def fetch_log(entry: Entry, live: DirCache, durable: Store) -> Done | KeepLocal:
     return rebuilt, st, h
 
 
-def _keep_local(entry: Entry, resolved: chain.Chain, live: DirCache,
-                plain: ObjectInfo | None) -> KeepLocal | None:
+def _keep_local(
+    entry: Entry, resolved: chain.Chain, live: DirCache, plain: ObjectInfo | None
+) -> KeepLocal | None:
     """KeepLocal when the live copy of a log is as new as its chain, or as its plain copy
     when that is longer (hot restart)."""
     local = local_state(live, entry.path)

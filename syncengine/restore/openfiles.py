@@ -43,9 +43,11 @@ class SnapshotOpen:
     size: int  # up to the last complete line
 
     def __str__(self) -> str:
-        return (f"copy open file {self.adapter}:{self.rel} (held by pid "
-                f"{self.proc_path.split('/')[2]}, {self.size} bytes of complete lines) -> "
-                f"{OPEN_DIR}/{self.rel}.<time>")
+        return (
+            f"copy open file {self.adapter}:{self.rel} (held by pid "
+            f"{self.proc_path.split('/')[2]}, {self.size} bytes of complete lines) -> "
+            f"{OPEN_DIR}/{self.rel}.<time>"
+        )
 
 
 def open_files(roots: Sequence[Path]) -> dict[Path, str]:
@@ -126,8 +128,9 @@ def snapshot(store: Store, action: SnapshotOpen, now_ns: int) -> None:
     fd, st = _open_held(action.proc_path)
     try:
         with store.writer(name, mode=st.st_mode, mtime_ns=st.st_mtime_ns, unique=True) as out:
-            n, h = stream(fd, action.size, out.write, src_name=action.proc_path,
-                          dst_name=store.where(name))
+            n, h = stream(
+                fd, action.size, out.write, src_name=action.proc_path, dst_name=store.where(name)
+            )
             if n != action.size:
                 raise SourceError(action.rel, "copy open file", "shrank while copying")
     finally:
@@ -135,7 +138,6 @@ def snapshot(store: Store, action: SnapshotOpen, now_ns: int) -> None:
     back = xxhash.xxh3_64_intdigest(store.read_bytes(name))
     if back != h:
         raise DurableError(f"{store.where(name)}: read back differs from what was written")
-
 
 
 def is_copy(entry: Entry) -> bool:
@@ -148,10 +150,9 @@ def _copies(store: Store) -> dict[str, list[tuple[str, int, int, int]]]:
     out: dict[str, list[tuple[str, int, int, int]]] = {}
     prefix = OPEN_DIR + "/"
     for info in store.list(OPEN_DIR):
-        m = _COPY_NAME.match(info.key[len(prefix):])
+        m = _COPY_NAME.match(info.key[len(prefix) :])
         if m and info.kind == "file":
-            out.setdefault(m.group(1), []).append((info.key, info.size, info.mtime_ns,
-                                                   info.mode))
+            out.setdefault(m.group(1), []).append((info.key, info.size, info.mtime_ns, info.mode))
     return out
 
 

@@ -47,8 +47,9 @@ from syncengine.sqlite_check import CheckFailed, Verdict, check, connect
 log = logging.getLogger("syncengine")
 
 
-def plan(entries: Iterable[Entry], patterns: Sequence[str], live: Path, store: Store
-         ) -> tuple[list[Entry], list[RestoreDB]]:
+def plan(
+    entries: Iterable[Entry], patterns: Sequence[str], live: Path, store: Store
+) -> tuple[list[Entry], list[RestoreDB]]:
     """Split durable entries into ordinary ones and one RestoreDB per database.
 
     Raw copies of listed databases (the old layout, or a file entry written
@@ -60,8 +61,11 @@ def plan(entries: Iterable[Entry], patterns: Sequence[str], live: Path, store: S
     by_path = {e.path: e for e in entries}
     dbs: dict[str, RestoreDB] = {e.path: RestoreDB(e) for e in entries if e.kind == "sqlite"}
     raw = [e.path for e in entries if e.kind == "file" and matches(patterns, e.path)]
-    raw += [p for p in patterns if not any(c in p for c in "*?[") and p not in by_path
-            and _is_file(store, p.strip("/"))]
+    raw += [
+        p
+        for p in patterns
+        if not any(c in p for c in "*?[") and p not in by_path and _is_file(store, p.strip("/"))
+    ]
     for path in raw:
         path = path.strip("/")
         if path not in dbs:
@@ -69,9 +73,18 @@ def plan(entries: Iterable[Entry], patterns: Sequence[str], live: Path, store: S
             has_wal = wal in by_path or _is_file(store, wal)
             src = by_path.get(path)
             dbs[path] = RestoreDB(
-                Entry(path, "sqlite", src.size if src else 0, src.mtime_ns if src else 0,
-                      src.mode if src else 0o644, None, object=path, extra={"legacy": True}),
-                legacy_wal=wal if has_wal else None)
+                Entry(
+                    path,
+                    "sqlite",
+                    src.size if src else 0,
+                    src.mtime_ns if src else 0,
+                    src.mode if src else 0o644,
+                    None,
+                    object=path,
+                    extra={"legacy": True},
+                ),
+                legacy_wal=wal if has_wal else None,
+            )
     for path in find_databases(live, patterns):
         if path not in dbs:
             dbs[path] = RestoreDB(Entry(path, "sqlite", extra={"local_only": True}))
@@ -97,8 +110,9 @@ class Outcome:
         return self.restored is not None
 
 
-def restore_db(action: RestoreDB, live: DirCache, durable: Store, opts: Options, *,
-               unrecorded: bool = True) -> Outcome:
+def restore_db(
+    action: RestoreDB, live: DirCache, durable: Store, opts: Options, *, unrecorded: bool = True
+) -> Outcome:
     """Carry out one RestoreDB; raise SourceError (per path) or DurableError.
 
     `unrecorded`: whether a snapshot newer than its manifest entry is possible
@@ -113,8 +127,9 @@ def restore_db(action: RestoreDB, live: DirCache, durable: Store, opts: Options,
         raise source_error("restore", action.entry.path, exc) from exc
 
 
-def _restore_in(action: RestoreDB, dir_fd: int, name: str, durable: Store, opts: Options,
-                unrecorded: bool) -> Outcome:
+def _restore_in(
+    action: RestoreDB, dir_fd: int, name: str, durable: Store, opts: Options, unrecorded: bool
+) -> Outcome:
     entry = action.entry
     here = f"/proc/self/fd/{dir_fd}"
     local = _lstat(name, dir_fd)
@@ -122,24 +137,43 @@ def _restore_in(action: RestoreDB, dir_fd: int, name: str, durable: Store, opts:
     if local is not None:
         verdict = _validate(f"{here}/{name}", entry.path, opts.busy_timeout)
         if verdict is None:
-            log.info("sqlite.restore-kept path=%s (valid local database)", entry.path)
+            log.info(
+                "sqlite.restore-kept path=%s (valid local database)",
+                entry.path,
+                extra={"event": "sqlite.restore-kept"},
+            )
             return Outcome(True, local)
     if entry.extra.get("local_only"):
-        raise SourceError(entry.path, "restore", f"the local database is invalid ({verdict}) "
-                          "and there is no durable snapshot: fix or remove it")
+        raise SourceError(
+            entry.path,
+            "restore",
+            f"the local database is invalid ({verdict}) "
+            "and there is no durable snapshot: fix or remove it",
+        )
     with savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp:
-        entry = _fetch(entry, action.legacy_wal, durable, tmp, f"{here}/{tmp.name}", opts,
-                       unrecorded)
+        entry = _fetch(
+            entry, action.legacy_wal, durable, tmp, f"{here}/{tmp.name}", opts, unrecorded
+        )
         moved = _quarantine(dir_fd, name, entry.path, opts.quarantine)
         if moved:
-            log.warning("sqlite.quarantined path=%s reason=%s moved_to=%s", entry.path,
-                        verdict or "companions without a database", moved)
+            log.warning(
+                "sqlite.quarantined path=%s reason=%s moved_to=%s",
+                entry.path,
+                verdict or "companions without a database",
+                moved,
+                extra={"event": "sqlite.quarantined"},
+            )
         try:
             tmp.publish(name, target_dir_fd=dir_fd)
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except OSError as exc:
             raise source_error("restore", entry.path, exc) from exc
-    log.info("sqlite.restored path=%s from=%s", entry.path, entry.location)
+    log.info(
+        "sqlite.restored path=%s from=%s",
+        entry.path,
+        entry.location,
+        extra={"event": "sqlite.restored"},
+    )
     return Outcome(False, st, entry if entry is not action.entry else None)
 
 
@@ -157,19 +191,33 @@ def _validate(path: str, relpath: str, timeout: float) -> str | None:
         verdict = check(path, timeout=timeout, recover=True)
     except CheckFailed as exc:
         if exc.locked:
-            raise SourceError(relpath, "restore", f"the local database is {exc}: a process "
-                              "still uses it; left alone (stop it, then restore again)") from exc
+            raise SourceError(
+                relpath,
+                "restore",
+                f"the local database is {exc}: a process "
+                "still uses it; left alone (stop it, then restore again)",
+            ) from exc
         return str(exc)
     if verdict.corrupt:
         return verdict.detail
     if not verdict.ok:
-        log.warning("sqlite.restore-kept-unchecked %s; the local database is kept",
-                    verdict.message(relpath))
+        log.warning(
+            "sqlite.restore-kept-unchecked %s; the local database is kept",
+            verdict.message(relpath),
+            extra={"event": "sqlite.restore-kept-unchecked"},
+        )
     return None
 
 
-def _fetch(entry: Entry, legacy_wal: str | None, durable: Store, tmp: savefile.Staged,
-           tmp_path: str, opts: Options, unrecorded: bool) -> Entry:
+def _fetch(
+    entry: Entry,
+    legacy_wal: str | None,
+    durable: Store,
+    tmp: savefile.Staged,
+    tmp_path: str,
+    opts: Options,
+    unrecorded: bool,
+) -> Entry:
     """Copy the durable database (and an old-layout WAL) into `tmp` and verify it.
 
     Returns the entry as restored: a newer complete snapshot than the manifest
@@ -180,17 +228,26 @@ def _fetch(entry: Entry, legacy_wal: str | None, durable: Store, tmp: savefile.S
     if not legacy:
         judged = recorded.judge(entry, size, st.mtime_ns, h, unrecorded=unrecorded)
         if judged.problem is not None:
-            raise SourceError(entry.path, "restore", f"the durable snapshot {entry.location} "
-                              f"{judged.problem}; the local files were left alone")
+            raise SourceError(
+                entry.path,
+                "restore",
+                f"the durable snapshot {entry.location} "
+                f"{judged.problem}; the local files were left alone",
+            )
         if judged.newer:
-            log.warning("restore.newer-than-manifest path=%s: the durable snapshot is newer "
-                        "than the manifest records (a checkpoint was interrupted before "
-                        "recording it); restoring it after quick_check", entry.path)
+            log.warning(
+                "restore.newer-than-manifest path=%s: the durable snapshot is newer "
+                "than the manifest records (a checkpoint was interrupted before "
+                "recording it); restoring it after quick_check",
+                entry.path,
+                extra={"event": "restore.newer-than-manifest"},
+            )
             entry = attrs.evolve(entry, size=size, mtime_ns=st.mtime_ns, hash=h)
     tmp.close(mode=entry.mode | 0o600)
     try:
         if legacy_wal is not None:
             with open(tmp_path + "-wal", "xb") as f:
+
                 def sink(chunk: memoryview) -> None:
                     f.write(chunk)
 
@@ -207,11 +264,17 @@ def _fetch(entry: Entry, legacy_wal: str | None, durable: Store, tmp: savefile.S
                 os.unlink(tmp_path + suffix)
     if isinstance(verdict, str) or verdict.corrupt:
         what = verdict if isinstance(verdict, str) else f"fails quick_check ({verdict.detail})"
-        raise SourceError(entry.path, "restore", f"the durable copy {entry.location} {what}; "
-                          "the local files were left alone")
+        raise SourceError(
+            entry.path,
+            "restore",
+            f"the durable copy {entry.location} {what}; the local files were left alone",
+        )
     if not verdict.ok:
-        log.warning("sqlite.restore-unchecked %s; restoring it as the checkpoint published it",
-                    verdict.message(entry.path))
+        log.warning(
+            "sqlite.restore-unchecked %s; restoring it as the checkpoint published it",
+            verdict.message(entry.path),
+            extra={"event": "sqlite.restore-unchecked"},
+        )
     try:
         os.chmod(tmp_path, entry.mode)
         if entry.mtime_ns:
@@ -229,33 +292,45 @@ def _recover(path: str, relpath: str, timeout: float) -> None:
         with connect(path, timeout=timeout, readonly=False) as con:
             con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     except apsw.Error as exc:
-        log.warning("sqlite.legacy-recovery-failed path=%s error=%s", relpath, exc)
+        log.warning(
+            "sqlite.legacy-recovery-failed path=%s error=%s",
+            relpath,
+            exc,
+            extra={"event": "sqlite.legacy-recovery-failed"},
+        )
 
 
-def _copy(durable: Store, location: str, path: str, write: Callable[[memoryview], None],
-          legacy: bool) -> tuple[int, int, ObjectInfo]:
+def _copy(
+    durable: Store, location: str, path: str, write: Callable[[memoryview], None], legacy: bool
+) -> tuple[int, int, ObjectInfo]:
     """(bytes, xxh3, info before reading) of one durable object fed to `write`."""
     try:
         with durable.open(location) as src:
             if src.info.kind != "file":
-                raise SourceError(path, "restore", f"durable object {location} is not a "
-                                  "regular file")
+                raise SourceError(
+                    path, "restore", f"durable object {location} is not a regular file"
+                )
             try:
-                n, h = stream(src.file, None, write, src_name=durable.where(location),
-                              dst_name=path)
+                n, h = stream(
+                    src.file, None, write, src_name=durable.where(location), dst_name=path
+                )
             except DurableError as exc:  # here the "durable" side of stream() is the live file
                 raise SourceError(path, "write", str(exc)) from exc
     except FileNotFoundError as exc:
-        where = ("found in the durable tree (old raw layout) but gone when read" if legacy
-                 else "listed in the manifest but missing on the durable side")
+        where = (
+            "found in the durable tree (old raw layout) but gone when read"
+            if legacy
+            else "listed in the manifest but missing on the durable side"
+        )
         raise SourceError(path, "restore", f"{where} ({location})") from exc
     return n, h, src.info
 
 
 def _quarantine(dir_fd: int, name: str, relpath: str, root: Path) -> str | None:
     """Move the local db and companions aside for diagnosis; return where, if anything moved."""
-    present = [name + s for s in ("", *COMPANIONS) if os.path.lexists(
-        f"/proc/self/fd/{dir_fd}/{name}{s}")]
+    present = [
+        name + s for s in ("", *COMPANIONS) if os.path.lexists(f"/proc/self/fd/{dir_fd}/{name}{s}")
+    ]
     if not present:
         return None
     stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 1_000_000_000:09d}"
@@ -277,15 +352,38 @@ def record(index: Index, action: RestoreDB, outcome: Outcome, patterns: Sequence
     entry, st = outcome.restored or action.entry, outcome.st
     snapshot = not entry.extra.get("legacy") and entry.hash is not None
     clean = snapshot and not outcome.kept
-    extra = {"object": entry.location, "size": entry.size, "mtime_ns": entry.mtime_ns,
-             "snapshot_ns": entry.extra.get("snapshot_ns"), "_wal": None,
-             "_listed": matches(patterns, entry.path)} if snapshot else {}
+    extra = (
+        {
+            "object": entry.location,
+            "size": entry.size,
+            "mtime_ns": entry.mtime_ns,
+            "snapshot_ns": entry.extra.get("snapshot_ns"),
+            "_wal": None,
+            "_listed": matches(patterns, entry.path),
+        }
+        if snapshot
+        else {}
+    )
     if not snapshot and index.get(entry.path) is None:
-        index.record(entry.path, size=st.st_size, mtime_ns=st.st_mtime_ns, ctime_ns=DIRTY,
-                     hash64=0, mode=st.st_mode, kind="sqlite",
-                     extra={"_listed": matches(patterns, entry.path)})
+        index.record(
+            entry.path,
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+            ctime_ns=DIRTY,
+            hash64=0,
+            mode=st.st_mode,
+            kind="sqlite",
+            extra={"_listed": matches(patterns, entry.path)},
+        )
         return
     if snapshot:
-        index.record(entry.path, size=st.st_size, mtime_ns=st.st_mtime_ns,
-                     ctime_ns=st.st_ctime_ns if clean else DIRTY, hash64=entry.hash or 0,
-                     mode=st.st_mode, kind="sqlite", extra=extra)
+        index.record(
+            entry.path,
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+            ctime_ns=st.st_ctime_ns if clean else DIRTY,
+            hash64=entry.hash or 0,
+            mode=st.st_mode,
+            kind="sqlite",
+            extra=extra,
+        )

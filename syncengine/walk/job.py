@@ -124,12 +124,15 @@ def entered(job: ScanJob, rel: str) -> bool:
     return rel == "" or not (hidden(job, rel) or (job.matcher and job.matcher.excluded(rel, True)))
 
 
-
 class Lister(Protocol):
     """The listing walk, as the table walk calls it to list a changed directory."""
 
-    def __call__(self, job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None,
-                 skip_known: set[str] | None = None) -> list[str]: ...
-
-
-
+    def __call__(
+        self,
+        job: ScanJob,
+        start: str,
+        out: ScanResult,
+        *,
+        limit: int | None = None,
+        skip_known: set[str] | None = None,
+    ) -> list[str]: ...

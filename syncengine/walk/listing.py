@@ -40,8 +40,14 @@ _SAMPLE = 2000  # index keys sampled to estimate where the files are
 _SPLIT_ROUNDS = 4
 
 
-def walk_listing(job: ScanJob, start: str, out: ScanResult, *, limit: int | None = None,
-                 skip_known: set[str] | None = None) -> list[str]:
+def walk_listing(
+    job: ScanJob,
+    start: str,
+    out: ScanResult,
+    *,
+    limit: int | None = None,
+    skip_known: set[str] | None = None,
+) -> list[str]:
     """Walk `start` depth-first; with `limit`, stop after that many entries and
     return the directories not yet entered (the frontier).
 
@@ -72,8 +78,11 @@ def walk_listing(job: ScanJob, start: str, out: ScanResult, *, limit: int | None
         try:
             # By descriptor: each entry's lstat is then relative to it (fstatat),
             # not a walk of the whole path from the root again.
-            dir_fd = os.open(f"{root}/{d}", _DIR_FLAGS | os.O_NOFOLLOW) if d else \
-                os.open(root, _DIR_FLAGS)
+            dir_fd = (
+                os.open(f"{root}/{d}", _DIR_FLAGS | os.O_NOFOLLOW)
+                if d
+                else os.open(root, _DIR_FLAGS)
+            )
         except FileNotFoundError:
             if d == "":
                 out.exists = False
@@ -91,8 +100,7 @@ def walk_listing(job: ScanJob, start: str, out: ScanResult, *, limit: int | None
             if sigs is not None or d:  # taken before reading: a later change moves it
                 st = os.fstat(dir_fd)
                 if sigs is not None:
-                    sigs[d] = dirtable.dir_sig(st.st_ino, st.st_mtime_ns, st.st_ctime_ns,
-                                               recent)
+                    sigs[d] = dirtable.dir_sig(st.st_ino, st.st_mtime_ns, st.st_ctime_ns, recent)
                 if d:
                     _compare_dir(job, d, st.st_mode, out)
             it = os.scandir(dir_fd)
@@ -110,8 +118,11 @@ def walk_listing(job: ScanJob, start: str, out: ScanResult, *, limit: int | None
                     rel = prefix + name
                     try:
                         if e.is_dir(follow_symlinks=False):
-                            if rel not in skip and not (excluded and excluded(rel, True)) \
-                                    and (skip_known is None or rel not in skip_known):
+                            if (
+                                rel not in skip
+                                and not (excluded and excluded(rel, True))
+                                and (skip_known is None or rel not in skip_known)
+                            ):
                                 stack.append(rel)
                             continue
                         if name.endswith(TEMP_SUFFIX) or (excluded and excluded(rel, False)):
@@ -136,8 +147,9 @@ def walk_listing(job: ScanJob, start: str, out: ScanResult, *, limit: int | None
                             known += 1
                         if raw.startswith(pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns)):
                             continue
-                    changed.append(Seen(rel, st.st_mode, st.st_size, st.st_mtime_ns,
-                                        st.st_ctime_ns))
+                    changed.append(
+                        Seen(rel, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                    )
         finally:
             os.close(dir_fd)
     out.seen += seen
@@ -156,8 +168,7 @@ def _compare_dir(job: ScanJob, d: str, st_mode: int, out: ScanResult) -> None:
         out.dirs_known += 1
 
 
-def list_trees(jobs: Sequence[ScanJob], results: dict[str, ScanResult], workers: int
-               ) -> None:
+def list_trees(jobs: Sequence[ScanJob], results: dict[str, ScanResult], workers: int) -> None:
     """List every job's tree whole into its entry of `results` (split across `workers`
     forked processes when more than one)."""
     parallel = workers > 1
@@ -191,8 +202,9 @@ def _weights(records: Mapping[str, bytes], dirs: list[str]) -> dict[str, float]:
     return weight
 
 
-def _balance(job: ScanJob, frontier: list[str], out: ScanResult, workers: int
-             ) -> list[tuple[float, str]]:
+def _balance(
+    job: ScanJob, frontier: list[str], out: ScanResult, workers: int
+) -> list[tuple[float, str]]:
     """Split frontier directories that hold too large a share of the tree.
 
     The index says where the files are: a directory estimated to hold more
@@ -224,8 +236,9 @@ def _pack(frontier: list[tuple[float, int, str]], workers: int) -> list[list[tup
     return [b for b in bins if b]
 
 
-def _scan_forked(jobs: Sequence[ScanJob], shares: list[list[tuple[int, str]]],
-                 results: dict[str, ScanResult]) -> None:
+def _scan_forked(
+    jobs: Sequence[ScanJob], shares: list[list[tuple[int, str]]], results: dict[str, ScanResult]
+) -> None:
     def walk_share(share: list[tuple[int, str]]) -> dict[str, ScanResult]:
         part = {job.name: new_result(job) for job in jobs}
         for i, d in share:

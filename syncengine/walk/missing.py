@@ -38,8 +38,11 @@ def walk_coverage(state: AdapterState, scan: ScanResult) -> dict[str, Any]:
     listed databases (then those are the only paths a walk never reports)."""
     index = state.index
     listed = _listed(index)
-    return {"nkeys": len(index.records), "listed": listed,
-            "complete": scan.known >= index.present_count() - len(listed)}
+    return {
+        "nkeys": len(index.records),
+        "listed": listed,
+        "complete": scan.known >= index.present_count() - len(listed),
+    }
 
 
 def find_missing(state: AdapterState, scan: ScanResult) -> list[str]:
@@ -82,8 +85,7 @@ def _real_dirs(live: Path) -> Callable[[str], bool]:
         ok = known.get(rel)
         if ok is None:
             try:
-                ok = real_dir(rel.rpartition("/")[0]) and stat.S_ISDIR(
-                    os.lstat(live / rel).st_mode)
+                ok = real_dir(rel.rpartition("/")[0]) and stat.S_ISDIR(os.lstat(live / rel).st_mode)
             except OSError:
                 ok = False
             known[rel] = ok
@@ -103,8 +105,11 @@ def missing_among(state: AdapterState, gone: Sequence[str]) -> list[str]:
     out = [p for p in gone if p in records and absent_passes(records[p]) < _ABSENT_CAP]
     prefixes = tuple(p + "/" for p in gone if p not in records)
     if prefixes:
-        out.extend(p for p, raw in records.items()
-                   if p.startswith(prefixes) and absent_passes(raw) < _ABSENT_CAP)
+        out.extend(
+            p
+            for p, raw in records.items()
+            if p.startswith(prefixes) and absent_passes(raw) < _ABSENT_CAP
+        )
     return out
 
 
@@ -128,8 +133,13 @@ def missing_dirs(state: AdapterState, scan: ScanResult) -> list[str]:
             return []
         gone = set(scan.gone)
         prefixes = tuple(p + "/" for p in scan.gone)
-        return [p for p, v in index.dirs.items() if (p in gone or p.startswith(prefixes))
-                and v // DIR_ABSENT < _ABSENT_CAP and p not in seen]
+        return [
+            p
+            for p, v in index.dirs.items()
+            if (p in gone or p.startswith(prefixes))
+            and v // DIR_ABSENT < _ABSENT_CAP
+            and p not in seen
+        ]
     need_lookup = scan.dirs_known < index.dir_count() - index.dirs_absent
     if not need_lookup:
         return _still_absent(index.dirs, seen) if index.dirs_absent else []
@@ -149,5 +159,8 @@ def missing_dirs(state: AdapterState, scan: ScanResult) -> list[str]:
 
 
 def _still_absent(dirs: dict[str, int], seen: set[str]) -> list[str]:
-    return [p for p, v in dirs.items()
-            if v >= DIR_ABSENT and v // DIR_ABSENT < _ABSENT_CAP and p not in seen]
+    return [
+        p
+        for p, v in dirs.items()
+        if v >= DIR_ABSENT and v // DIR_ABSENT < _ABSENT_CAP and p not in seen
+    ]

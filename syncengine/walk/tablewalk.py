@@ -47,8 +47,9 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _Prep = tuple[ScanJob, list[str], list[str], list[bytes]]
 
 
-def scan(jobs: Sequence[ScanJob], results: dict[str, ScanResult], workers: int, *,
-         relist: Lister) -> list[ScanJob]:
+def scan(
+    jobs: Sequence[ScanJob], results: dict[str, ScanResult], workers: int, *, relist: Lister
+) -> list[ScanJob]:
     """Walk each job (all have a table) into its entry of `results`, listing changed
     directories with `relist`; return the jobs whose table does not fit their index
     (without it: the caller lists them whole)."""
@@ -108,7 +109,7 @@ def _walk_share(prep: _Prep, w: int, workers: int, out: ScanResult, lister: List
         if w == 0:
             relist += _check_extras(job, rfd, out)
         relist = [d for d in relist if entered(job, d)]  # an indexed path may sit in an
-        if relist:                                       # excluded one: never list that
+        if relist:  # excluded one: never list that
             known = set(order)
             known.update(job.table.extras)
             for d in relist:
@@ -118,8 +119,9 @@ def _walk_share(prep: _Prep, w: int, workers: int, out: ScanResult, lister: List
         os.close(rfd)
 
 
-def _check_dirs(job: ScanJob, order: list[str], span: range, rfd: int,
-                out: ScanResult) -> list[str]:
+def _check_dirs(
+    job: ScanJob, order: list[str], span: range, rfd: int, out: ScanResult
+) -> list[str]:
     """Signature of each derived directory in `span`; the ones to list again."""
     assert job.table is not None and out.walk is not None
     old, fresh = job.table.sigs, out.walk.fresh
@@ -176,8 +178,9 @@ def _dir_sig(job: ScanJob, d: str, rfd: int, out: ScanResult) -> tuple[int | Non
     return dirtable.dir_sig(st.st_ino, st.st_mtime_ns, st.st_ctime_ns, job.recent_ns or 0), False
 
 
-def _check_keys(job: ScanJob, keys: list[str], vals: list[bytes], span: range, rfd: int,
-                out: ScanResult) -> None:
+def _check_keys(
+    job: ScanJob, keys: list[str], vals: list[bytes], span: range, rfd: int, out: ScanResult
+) -> None:
     """One ``lstat`` per indexed path in `span`, relative to the root.
 
     The hot loop of an idle pass: local names only.  A path recorded as
@@ -229,8 +232,9 @@ def _finish(job: ScanJob, res: ScanResult) -> None:
         res.changed = [s for s in res.changed if not s.path.startswith(prefixes)]
         res.gone.extend(k for k in job.records if k.startswith(prefixes))
         res.dirs = [s for s in res.dirs if not s.path.startswith(prefixes)]
-        res.dirs_gone.extend(d for d, rec in job.dirs.items()
-                             if rec < DIR_ABSENT and d.startswith(prefixes))
+        res.dirs_gone.extend(
+            d for d, rec in job.dirs.items() if rec < DIR_ABSENT and d.startswith(prefixes)
+        )
     found = {s.path for s in res.changed}
     res.gone = [k for k in dict.fromkeys(res.gone) if k not in found]
     if res.dirs_gone:
@@ -258,8 +262,9 @@ def table_path(index_path: Path) -> Path:
 
 
 def _fingerprint(job: ScanJob) -> str:
-    return dirtable.fingerprint(job.root, job.matcher.patterns if job.matcher else (),
-                                job.skip_dirs)
+    return dirtable.fingerprint(
+        job.root, job.matcher.patterns if job.matcher else (), job.skip_dirs
+    )
 
 
 def load_table(index_path: Path, job: ScanJob, index: Index) -> DirTable | None:
@@ -272,8 +277,9 @@ def load_table(index_path: Path, job: ScanJob, index: Index) -> DirTable | None:
     return table
 
 
-def keep_table(index_path: Path, job: ScanJob, index: Index, result: ScanResult,
-               scanned: dict[str, Any] | None) -> None:
+def keep_table(
+    index_path: Path, job: ScanJob, index: Index, result: ScanResult, scanned: dict[str, Any] | None
+) -> None:
     """Save the table that goes with the index as it is now, after a pass.
 
     `scanned` (after a full listing) is what the engine noted right after the
@@ -291,8 +297,12 @@ def keep_table(index_path: Path, job: ScanJob, index: Index, result: ScanResult,
         return not reported(job, rel)
 
     if walk is None:  # a pass driven by watcher hints (the daemon)
-        if (old is None or old.index_sig == index.file_sig or len(index.records) != old.nkeys
-                or result.dirs):
+        if (
+            old is None
+            or old.index_sig == index.file_sig
+            or len(index.records) != old.nkeys
+            or result.dirs
+        ):
             # New paths (or directories recorded: one not in the table would never be
             # looked at again): let the table go stale rather than derive every directory
             # on each small pass; the daemon's next full walk lists everything once.
@@ -300,19 +310,40 @@ def keep_table(index_path: Path, job: ScanJob, index: Index, result: ScanResult,
         new = attrs.evolve(old, index_sig=index.file_sig)  # same paths: same order
     elif old is not None:
         _relist_unrecorded(index, result, walk)
-        if (old.index_sig == index.file_sig and walk.fresh == old.sigs and not walk.listed
-                and tuple(result.specials) == old.specials):
+        if (
+            old.index_sig == index.file_sig
+            and walk.fresh == old.sigs
+            and not walk.listed
+            and tuple(result.specials) == old.specials
+        ):
             return  # idle: nothing to write
-        new = dirtable.rebase(old, walk, list(index.records), hidden, result.specials,
-                              index.file_sig, fp)
+        new = dirtable.rebase(
+            old, walk, list(index.records), hidden, result.specials, index.file_sig, fp
+        )
     else:
         _relist_unrecorded(index, result, walk)
         assert scanned is not None, "a full listing's coverage is noted before the pass"
         n = scanned["nkeys"]
-        unwalked = scanned["listed"] if scanned["complete"] else [
-            k for k, raw in list(index.records.items())[:n] if not absent_passes(raw) and hidden(k)]
-        new = dirtable.rebase(None, walk, list(index.records), hidden, result.specials,
-                              index.file_sig, fp, unwalked, n)
+        unwalked = (
+            scanned["listed"]
+            if scanned["complete"]
+            else [
+                k
+                for k, raw in list(index.records.items())[:n]
+                if not absent_passes(raw) and hidden(k)
+            ]
+        )
+        new = dirtable.rebase(
+            None,
+            walk,
+            list(index.records),
+            hidden,
+            result.specials,
+            index.file_sig,
+            fp,
+            unwalked,
+            n,
+        )
     dirtable.save(table_path(index_path), new)
 
 
@@ -332,4 +363,3 @@ def _relist_unrecorded(index: Index, result: ScanResult, walk: DirWalk) -> None:
     for d in result.dirs:
         if index.dirs.get(d.path) != d.mode:
             walk.listed[d.path] = UNKNOWN
-

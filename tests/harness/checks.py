@@ -26,10 +26,16 @@ class AppServer:
 
     def __init__(self, lab: Lab, life: Life) -> None:
         self.lab = lab
-        self.proc = subprocess.Popen([str(lab.installed.exe), "app-server"], cwd=lab.work,
-                                     env=lab.env(life), text=True, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [str(lab.installed.exe), "app-server"],
+            cwd=lab.work,
+            env=lab.env(life),
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.n = 0
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.reader = threading.Thread(target=self._read, name="codex-app-server", daemon=True)
@@ -90,8 +96,11 @@ def codex_threads(lab: Lab, life: Life) -> dict[str, dict[str, Any]]:
         out = {}
         for t in listed:
             goal = (server.call("thread/goal/get", {"threadId": t["id"]}) or {}).get("goal")
-            out[t["id"]] = {"name": t.get("name"), "preview": t.get("preview"),
-                            "goal": (goal or {}).get("objective")}
+            out[t["id"]] = {
+                "name": t.get("name"),
+                "preview": t.get("preview"),
+                "goal": (goal or {}).get("objective"),
+            }
         return out
     finally:
         server.close()
@@ -118,11 +127,18 @@ def opencode_repos(lab: Lab, life: Life) -> list[str]:
     for repo in repos:
         done = _git_dir(repo)
         if done.returncode != 0:
-            problems.append(f"opencode snapshot repository {repo.relative_to(snap.parent)} "
-                            f"is not a git repository after restore: {done.stderr.strip()}")
+            problems.append(
+                f"opencode snapshot repository {repo.relative_to(snap.parent)} "
+                f"is not a git repository after restore: {done.stderr.strip()}"
+            )
     return problems
 
 
 def _git_dir(repo: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", f"--git-dir={repo}", "rev-parse", "--git-dir"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        ["git", f"--git-dir={repo}", "rev-parse", "--git-dir"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )

@@ -46,8 +46,9 @@ class Request:
     api: str
 
     def __str__(self) -> str:
-        return (f"#{self.seq} {self.method} {self.path} [{self.api}] -> {self.reply}: "
-                f"{self.raw[:600]}")
+        return (
+            f"#{self.seq} {self.method} {self.path} [{self.api}] -> {self.reply}: {self.raw[:600]}"
+        )
 
 
 def new_token(prefix: str) -> str:
@@ -67,8 +68,9 @@ class FakeModel:
         self.held = threading.Event()  # set when a model request waits in `stalled()`
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fakemodel",
-                                        kwargs={"poll_interval": 0.1})
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fakemodel", kwargs={"poll_interval": 0.1}
+        )
 
     @property
     def port(self) -> int:
@@ -144,28 +146,58 @@ def _sse(events: list[tuple[str | None, Any]]) -> Iterator[bytes]:
 
 def _responses(body: dict[str, Any], text: str) -> tuple[str, Any]:
     rid, mid = f"resp_{secrets.token_hex(8)}", f"msg_{secrets.token_hex(8)}"
-    item = {"type": "message", "id": mid, "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
-    usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
-             "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
-             "total_tokens": 15}
-    base = {"id": rid, "object": "response", "created_at": int(time.time()),
-            "model": body.get("model", MODEL), "status": "in_progress", "output": []}
+    item = {
+        "type": "message",
+        "id": mid,
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    usage = {
+        "input_tokens": 10,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 15,
+    }
+    base = {
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": body.get("model", MODEL),
+        "status": "in_progress",
+        "output": [],
+    }
     done = {**base, "status": "completed", "output": [item], "usage": usage}
     if not body.get("stream"):
         return "json", done
     started = {**item, "status": "in_progress", "content": []}
-    return "sse", list(_sse([
-        ("response.created", {"type": "response.created", "response": base}),
-        ("response.output_item.added", {"type": "response.output_item.added",
-                                        "output_index": 0, "item": started}),
-        ("response.output_text.delta", {"type": "response.output_text.delta", "item_id": mid,
-                                        "output_index": 0, "content_index": 0,
-                                        "delta": text}),
-        ("response.output_item.done", {"type": "response.output_item.done",
-                                       "output_index": 0, "item": item}),
-        ("response.completed", {"type": "response.completed", "response": done}),
-    ]))
+    return "sse", list(
+        _sse(
+            [
+                ("response.created", {"type": "response.created", "response": base}),
+                (
+                    "response.output_item.added",
+                    {"type": "response.output_item.added", "output_index": 0, "item": started},
+                ),
+                (
+                    "response.output_text.delta",
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": mid,
+                        "output_index": 0,
+                        "content_index": 0,
+                        "delta": text,
+                    },
+                ),
+                (
+                    "response.output_item.done",
+                    {"type": "response.output_item.done", "output_index": 0, "item": item},
+                ),
+                ("response.completed", {"type": "response.completed", "response": done}),
+            ]
+        )
+    )
 
 
 def _chat(body: dict[str, Any], text: str) -> tuple[str, Any]:
@@ -173,58 +205,127 @@ def _chat(body: dict[str, Any], text: str) -> tuple[str, Any]:
     model = body.get("model", MODEL)
     usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     if not body.get("stream"):
-        return "json", {"id": cid, "object": "chat.completion", "created": created,
-                        "model": model, "usage": usage, "choices": [
-                            {"index": 0, "finish_reason": "stop", "logprobs": None,
-                             "message": {"role": "assistant", "content": text}}]}
+        return "json", {
+            "id": cid,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "usage": usage,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                    "message": {"role": "assistant", "content": text},
+                }
+            ],
+        }
 
     def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-        return {"id": cid, "object": "chat.completion.chunk", "created": created,
-                "model": model, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                             "finish_reason": finish}]}
+        return {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
 
     last = chunk({}, "stop")
     if (body.get("stream_options") or {}).get("include_usage"):
         tail = [(None, last), (None, {**chunk({}, None), "choices": [], "usage": usage})]
     else:
         tail = [(None, {**last, "usage": usage})]
-    return "sse", list(_sse([(None, chunk({"role": "assistant", "content": ""}, None)),
-                             (None, chunk({"content": text}, None)), *tail,
-                             (None, "[DONE]")]))
+    return "sse", list(
+        _sse(
+            [
+                (None, chunk({"role": "assistant", "content": ""}, None)),
+                (None, chunk({"content": text}, None)),
+                *tail,
+                (None, "[DONE]"),
+            ]
+        )
+    )
 
 
 def _anthropic(body: dict[str, Any], text: str) -> tuple[str, Any]:
     mid = f"msg_{secrets.token_hex(8)}"
     model = body.get("model", MODEL)
-    usage = {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0,
-             "cache_read_input_tokens": 0}
-    message = {"id": mid, "type": "message", "role": "assistant", "model": model,
-               "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-               "stop_sequence": None, "usage": usage}
+    usage = {
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+    message = {
+        "id": mid,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": usage,
+    }
     if not body.get("stream"):
         return "json", message
-    return "sse", list(_sse([
-        ("message_start", {"type": "message_start",
-                           "message": {**message, "content": [], "stop_reason": None,
-                                       "usage": {**usage, "output_tokens": 1}}}),
-        ("content_block_start", {"type": "content_block_start", "index": 0,
-                                 "content_block": {"type": "text", "text": ""}}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                 "delta": {"type": "text_delta", "text": text}}),
-        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        ("message_delta", {"type": "message_delta",
-                           "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                           "usage": {"output_tokens": 5}}),
-        ("message_stop", {"type": "message_stop"}),
-    ]))
+    return "sse", list(
+        _sse(
+            [
+                (
+                    "message_start",
+                    {
+                        "type": "message_start",
+                        "message": {
+                            **message,
+                            "content": [],
+                            "stop_reason": None,
+                            "usage": {**usage, "output_tokens": 1},
+                        },
+                    },
+                ),
+                (
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": 0,
+                        "content_block": {"type": "text", "text": ""},
+                    },
+                ),
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": text},
+                    },
+                ),
+                ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                (
+                    "message_delta",
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                        "usage": {"output_tokens": 5},
+                    },
+                ),
+                ("message_stop", {"type": "message_stop"}),
+            ]
+        )
+    )
 
 
 def _gemini(path: str, text: str) -> tuple[str, Any]:
-    reply = {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
-                             "finishReason": "STOP", "index": 0}],
-             "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5,
-                               "totalTokenCount": 15},
-             "modelVersion": MODEL}
+    reply = {
+        "candidates": [
+            {
+                "content": {"role": "model", "parts": [{"text": text}]},
+                "finishReason": "STOP",
+                "index": 0,
+            }
+        ],
+        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+        "modelVersion": MODEL,
+    }
     if ":streamGenerateContent" in path:
         return "sse", list(_sse([(None, reply)]))
     return "json", reply
@@ -259,8 +360,12 @@ def _json_schema(body: dict[str, Any]) -> Any:
     gen = body.get("generationConfig") or {}
     fmt = (body.get("text") or {}).get("format") or {}
     chat = (body.get("response_format") or {}).get("json_schema") or {}
-    return (gen.get("responseJsonSchema") or gen.get("responseSchema") or fmt.get("schema")
-            or chat.get("schema"))
+    return (
+        gen.get("responseJsonSchema")
+        or gen.get("responseSchema")
+        or fmt.get("schema")
+        or chat.get("schema")
+    )
 
 
 def _api(method: str, path: str) -> str:
@@ -307,8 +412,11 @@ def _handler(server: FakeModel) -> type[BaseHTTPRequestHandler]:
             self._serve("HEAD")
 
         def do_CONNECT(self) -> None:  # a client honouring HTTPS_PROXY: refuse the tunnel
-            server.record(Request(server.next_seq(), time.time(), "CONNECT", self.path, {}, "",
-                                  "", None, "escape"))
+            server.record(
+                Request(
+                    server.next_seq(), time.time(), "CONNECT", self.path, {}, "", "", None, "escape"
+                )
+            )
             self._send(403, "text/plain", b"fake model server: no requests leave this machine")
             self.close_connection = True
 
@@ -339,8 +447,11 @@ def _handler(server: FakeModel) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self, method: str) -> None:
             body, raw = self._body()
-            api = "escape" if self.path.startswith(("http://", "https://")) else \
-                _api(method, self.path)
+            api = (
+                "escape"
+                if self.path.startswith(("http://", "https://"))
+                else _api(method, self.path)
+            )
             seq = server.next_seq()
             reply: str | None = None
             kind, payload = "json", {}
@@ -349,26 +460,51 @@ def _handler(server: FakeModel) -> type[BaseHTTPRequestHandler]:
                 server.wait_if_stalled()
                 data = body if isinstance(body, dict) else {}
                 schema = _json_schema(data)
-                text = (json.dumps(from_schema(schema, reply)) if schema is not None
-                        else f"Noted. {reply}")
-                kind, payload = (_responses(data, text) if api == "responses" else
-                                 _chat(data, text) if api == "chat" else
-                                 _anthropic(data, text) if api == "anthropic" else
-                                 _gemini(self.path, text))
+                text = (
+                    json.dumps(from_schema(schema, reply))
+                    if schema is not None
+                    else f"Noted. {reply}"
+                )
+                kind, payload = (
+                    _responses(data, text)
+                    if api == "responses"
+                    else _chat(data, text)
+                    if api == "chat"
+                    else _anthropic(data, text)
+                    if api == "anthropic"
+                    else _gemini(self.path, text)
+                )
             elif api == "anthropic-count":
                 payload = {"input_tokens": 10}
             elif api == "gemini-count":
                 payload = {"totalTokens": 10}
             elif api == "models":
-                payload = {"object": "list", "data": [
-                    {"id": MODEL, "object": "model", "created": 0, "owned_by": "fake"}],
-                    "models": [{"name": f"models/{MODEL}", "slug": MODEL}]}
-            server.record(Request(seq, time.time(), method, self.path,
-                                  {k.lower(): v for k, v in self.headers.items()}, body, raw,
-                                  reply, api))
+                payload = {
+                    "object": "list",
+                    "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "fake"}],
+                    "models": [{"name": f"models/{MODEL}", "slug": MODEL}],
+                }
+            server.record(
+                Request(
+                    seq,
+                    time.time(),
+                    method,
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    body,
+                    raw,
+                    reply,
+                    api,
+                )
+            )
             if api in ("other", "escape"):
-                self._send(404, "application/json", json.dumps(
-                    {"error": {"message": f"fake model server: no route {self.path}"}}).encode())
+                self._send(
+                    404,
+                    "application/json",
+                    json.dumps(
+                        {"error": {"message": f"fake model server: no route {self.path}"}}
+                    ).encode(),
+                )
             elif kind == "json":
                 self._send(200, "application/json", json.dumps(payload).encode())
             else:

@@ -85,11 +85,11 @@ def load(latest: bool = False) -> tuple[Package, dict[str, Package]]:
     return node, harnesses
 
 
-def _run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = TIMEOUT
-         ) -> str:
+def _run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = TIMEOUT) -> str:
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout,
-                              check=False)
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, env=env, timeout=timeout, check=False
+        )
     except subprocess.TimeoutExpired as exc:
         raise InstallError(f"{' '.join(cmd)}: no result after {timeout} s") from exc
     if done.returncode != 0:
@@ -109,8 +109,12 @@ def _newest(pkg: Package) -> str:
 
 def _npm_env() -> dict[str, str]:
     env = dict(os.environ)
-    env.update(npm_config_cache=str(HOME / "cache" / "npm"), npm_config_update_notifier="false",
-               npm_config_audit="false", npm_config_fund="false")
+    env.update(
+        npm_config_cache=str(HOME / "cache" / "npm"),
+        npm_config_update_notifier="false",
+        npm_config_audit="false",
+        npm_config_fund="false",
+    )
     return env
 
 
@@ -130,8 +134,16 @@ def _target(pkg: Package) -> Path:
 
 
 def _install_npm(pkg: Package, dest: Path, node: Installed | None) -> None:
-    cmd = ["npm", "install", "--prefix", str(dest), "--no-save", "--no-package-lock",
-           "--omit=dev", pkg.spec]
+    cmd = [
+        "npm",
+        "install",
+        "--prefix",
+        str(dest),
+        "--no-save",
+        "--no-package-lock",
+        "--omit=dev",
+        pkg.spec,
+    ]
     env = _npm_env()
     if node is not None:  # install scripts and engine checks see the Node that runs it
         env["PATH"] = os.pathsep.join([str(node.exe.parent), env.get("PATH", "")])
@@ -144,8 +156,9 @@ def _install_npm(pkg: Package, dest: Path, node: Installed | None) -> None:
 def _install_pypi(pkg: Package, dest: Path) -> None:
     _run([sys.executable, "-m", "venv", str(dest)])
     pip = [str(dest / "bin" / "python"), "-m", "pip"]
-    env = dict(os.environ, PIP_CACHE_DIR=str(HOME / "cache" / "pip"),
-               PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env = dict(
+        os.environ, PIP_CACHE_DIR=str(HOME / "cache" / "pip"), PIP_DISABLE_PIP_VERSION_CHECK="1"
+    )
     _run([*pip, "install", "-q", f"{pkg.pypi}=={pkg.version}"], env=env)
 
 
@@ -160,8 +173,14 @@ def _exe(pkg: Package, dest: Path) -> Path:
 def install(pkg: Package, node: Installed | None = None) -> Installed:
     """Install `pkg` unless a complete install is already there; return how to run it."""
     dest = _target(pkg)
-    path_dirs = tuple(d for d in (node.exe.parent if node and pkg.node else None,
-                                  dest / "bin" if pkg.pypi else None) if d is not None)
+    path_dirs = tuple(
+        d
+        for d in (
+            node.exe.parent if node and pkg.node else None,
+            dest / "bin" if pkg.pypi else None,
+        )
+        if d is not None
+    )
     exe = _exe(pkg, dest)
     if (dest / MARKER).exists() and exe.exists():
         return Installed(pkg, exe, path_dirs, 0.0, _size(dest))
@@ -178,8 +197,9 @@ def install(pkg: Package, node: Installed | None = None) -> Installed:
     return Installed(pkg, exe, path_dirs, time.monotonic() - t0, _size(dest))
 
 
-def install_all(names: list[str] | None = None, *, latest: bool | None = None
-                ) -> dict[str, Installed]:
+def install_all(
+    names: list[str] | None = None, *, latest: bool | None = None
+) -> dict[str, Installed]:
     """Install the harnesses named (all when None), and Node when one needs it."""
     node_pkg, harnesses = load(latest_wanted() if latest is None else latest)
     wanted = {n: p for n, p in harnesses.items() if names is None or n in names}

@@ -18,8 +18,14 @@ from syncengine.durable.posix.store import Store
 from tests.harness.lab import Lab, Life, Node, tree
 
 # explain's action -> the manifest entry kind it must produce
-KINDS = {"publish": "file", "segments": "segments", "snapshot": "sqlite",
-         "unlisted-db": "sqlite", "link": "symlink", "dir": "dir"}
+KINDS = {
+    "publish": "file",
+    "segments": "segments",
+    "snapshot": "sqlite",
+    "unlisted-db": "sqlite",
+    "link": "symlink",
+    "dir": "dir",
+}
 
 
 def explain(lab: Lab, life: Life) -> dict[str, dict[str, str]]:
@@ -29,21 +35,24 @@ def explain(lab: Lab, life: Life) -> dict[str, dict[str, str]]:
 
 
 def manifest(lab: Lab, life: Life) -> dict[str, Any]:
-    spec = load_config(env={"AM_LOCAL": str(life.local), "DATA_DIR": str(lab.durable)}
-                       ).adapter(lab.profile.name)
+    spec = load_config(env={"AM_LOCAL": str(life.local), "DATA_DIR": str(lab.durable)}).adapter(
+        lab.profile.name
+    )
     store = Store(spec.durable)
     return dict(load_manifest(store).entries) if store.exists() else {}
 
 
-def recorded(decisions: dict[str, dict[str, str]], entries: dict[str, Any],
-             live: dict[str, Node]) -> list[str]:
+def recorded(
+    decisions: dict[str, dict[str, str]], entries: dict[str, Any], live: dict[str, Node]
+) -> list[str]:
     """Problems of a checkpoint: unnamed databases, published paths the manifest lacks."""
     problems = []
     for path, d in sorted(decisions.items()):
         action = d["action"]
         if action == "unlisted-db":
-            problems.append(f"unlisted database {path}: the adapter must list it under "
-                            "sqlite or exclude it")
+            problems.append(
+                f"unlisted database {path}: the adapter must list it under sqlite or exclude it"
+            )
         want = KINDS.get(action)
         entry = entries.get(path)
         if want is None:
@@ -59,8 +68,9 @@ def recorded(decisions: dict[str, dict[str, str]], entries: dict[str, Any],
     return problems
 
 
-def restored(decisions: dict[str, dict[str, str]], before: dict[str, Node],
-             after: dict[str, Node]) -> list[str]:
+def restored(
+    decisions: dict[str, dict[str, str]], before: dict[str, Node], after: dict[str, Node]
+) -> list[str]:
     """Problems of a restore, comparing the new life's tree with the old one's last state."""
     problems = []
     dirs: dict[str, list[str]] = {"not restored": [], "restored with another mode": []}
@@ -71,19 +81,23 @@ def restored(decisions: dict[str, dict[str, str]], before: dict[str, Node],
             continue
         if action == "dir" and (new is None or new.mode != old.mode):
             dirs["not restored" if new is None else "restored with another mode"].append(
-                f"{path} ({old.mode:o}{'' if new is None else f' -> {new.mode:o}'})")
+                f"{path} ({old.mode:o}{'' if new is None else f' -> {new.mode:o}'})"
+            )
         elif new is None:
             problems.append(f"{path}: not restored ({action}, {d['rule']})")
         elif new.kind != old.kind or new.mode != old.mode:
-            problems.append(f"{path}: restored as {new.kind} {new.mode:o}, was "
-                            f"{old.kind} {old.mode:o}")
+            problems.append(
+                f"{path}: restored as {new.kind} {new.mode:o}, was {old.kind} {old.mode:o}"
+            )
         elif action in ("publish", "segments", "link") and new.digest != old.digest:
             problems.append(f"{path}: restored content differs ({action})")
     for what, paths in dirs.items():
         if paths:  # one line for all of them: a tree can hold thousands
             more = f", ... ({len(paths) - 6} more)" if len(paths) > 6 else ""
-            problems.append(f"{len(paths)} director{'y' if len(paths) == 1 else 'ies'} "
-                            f"{what}: {', '.join(paths[:6])}{more}")
+            problems.append(
+                f"{len(paths)} director{'y' if len(paths) == 1 else 'ies'} "
+                f"{what}: {', '.join(paths[:6])}{more}"
+            )
     for path in sorted(set(after) - set(before)):
         problems.append(f"{path}: resurrected (restored, but the harness had removed it)")
     return problems

@@ -100,14 +100,23 @@ class Lab:
         """Start a container: a new empty local root and no state dir; same durable root."""
         n = len(self.lives) + 1
         root = self.base / f"life-{n}"
-        where = Where(local=root / "local", home=root / "home", work=self.work,
-                      url=self.server.url)
+        where = Where(local=root / "local", home=root / "home", work=self.work, url=self.server.url)
         for d in (where.local, where.home, root / "tmp", self.durable, self.work):
             d.mkdir(parents=True, exist_ok=True)
         if not (self.work / ".git").exists():  # opencode keys a project by its git root
             _git(self.work, "init", "-q", ".")
-            _git(self.work, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
-                 "--allow-empty", "-m", "init")
+            _git(
+                self.work,
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "init",
+            )
         life = Life(n, root, where)
         self.lives.append(life)
         self.note(f"--- container life {n}: AM_LOCAL={where.local}")
@@ -118,15 +127,27 @@ class Lab:
         url = self.server.url
         env = {
             "PATH": self.installed.env_path(os.environ.get("PATH", "/usr/bin:/bin")),
-            "HOME": str(w.home), "TMPDIR": str(life.root / "tmp"), "LANG": "C.UTF-8",
-            "TERM": "dumb", "NO_COLOR": "1", "CI": "1",
-            "AM_LOCAL": str(w.local), "DATA_DIR": str(self.durable),
+            "HOME": str(w.home),
+            "TMPDIR": str(life.root / "tmp"),
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+            "NO_COLOR": "1",
+            "CI": "1",
+            "AM_LOCAL": str(w.local),
+            "DATA_DIR": str(self.durable),
             proctree.MARKER: self.marker,
             # Anything that tries another host comes here and is refused (escapes()).
-            "HTTP_PROXY": url, "HTTPS_PROXY": url, "ALL_PROXY": url, "http_proxy": url,
-            "https_proxy": url, "all_proxy": url, "NO_PROXY": "127.0.0.1,localhost",
-            "no_proxy": "127.0.0.1,localhost", "NODE_USE_ENV_PROXY": "1",
-            "npm_config_registry": f"{url}/npm/", "npm_config_update_notifier": "false",
+            "HTTP_PROXY": url,
+            "HTTPS_PROXY": url,
+            "ALL_PROXY": url,
+            "http_proxy": url,
+            "https_proxy": url,
+            "all_proxy": url,
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+            "NODE_USE_ENV_PROXY": "1",
+            "npm_config_registry": f"{url}/npm/",
+            "npm_config_update_notifier": "false",
             "PIP_INDEX_URL": f"{url}/pypi/simple/",
         }
         env.update(self.profile.env(w))
@@ -136,14 +157,23 @@ class Lab:
         self.transcript.append(text)
 
     def _record(self, what: str, done: subprocess.CompletedProcess[str]) -> None:
-        self.note(f"$ {what}\n  exit {done.returncode}\n  stdout: {done.stdout[-3000:]}"
-                  f"\n  stderr: {done.stderr[-6000:]}")
+        self.note(
+            f"$ {what}\n  exit {done.returncode}\n  stdout: {done.stdout[-3000:]}"
+            f"\n  stderr: {done.stderr[-6000:]}"
+        )
 
     def start(self, life: Life, argv: list[str], what: str) -> Pending:
         """Start a command in a session of its own, with this life's environment."""
-        proc = subprocess.Popen(argv, cwd=self.work, env=self.env(life), text=True,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=self.work,
+            env=self.env(life),
+            text=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         self.pending.append(proc)
         return Pending("", len(self.server.requests), proc, what)
 
@@ -160,15 +190,15 @@ class Lab:
         self._record(pending.what, done)
         return done
 
-    def run(self, life: Life, argv: list[str], *, timeout: float, what: str = ""
-            ) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, life: Life, argv: list[str], *, timeout: float, what: str = ""
+    ) -> subprocess.CompletedProcess[str]:
         """Run a command to completion (killing its whole tree on timeout)."""
         return self.wait(self.start(life, argv, what or " ".join(argv)), timeout)
 
     def syncengine(self, life: Life, *args: str) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "syncengine", *args]
-        return self.run(life, argv, timeout=SYNCENGINE_TIMEOUT,
-                        what="syncengine " + " ".join(args))
+        return self.run(life, argv, timeout=SYNCENGINE_TIMEOUT, what="syncengine " + " ".join(args))
 
     def harness_argv(self, life: Life, prompt: str, resume: bool) -> list[str]:
         self.profile.configure(life.where, first_life=life.n == 1)
@@ -190,16 +220,18 @@ class Lab:
     def finish(self, pending: Pending, *, timeout: float = TURN_TIMEOUT) -> Turn:
         """Wait for a turn started with `start_turn`; the model requests it made."""
         done = self.wait(pending, timeout)
-        return Turn(pending.prompt, tuple(self.server.model_requests(pending.mark)),
-                    done.returncode)
+        return Turn(
+            pending.prompt, tuple(self.server.model_requests(pending.mark)), done.returncode
+        )
 
     def kill(self, pending: Pending) -> list[int]:
         """SIGKILL the turn's whole process tree, each process by pid; none survives."""
         killed = proctree.kill_tree(pending.proc.pid, self.marker)
         out, err = pending.proc.communicate()
-        self._record(f"{pending.what} [SIGKILLed: pids {killed}]",
-                     subprocess.CompletedProcess(pending.proc.args, pending.proc.returncode,
-                                                 out, err))
+        self._record(
+            f"{pending.what} [SIGKILLed: pids {killed}]",
+            subprocess.CompletedProcess(pending.proc.args, pending.proc.returncode, out, err),
+        )
         return killed
 
     def stop_all(self) -> None:
@@ -211,9 +243,12 @@ class Lab:
 
     def report(self) -> str:
         escapes = self.server.escapes()
-        return ("\n".join(self.transcript) + "\n--- model server requests:\n"
-                + self.server.log()
-                + (f"\n--- refused requests for other hosts: {len(escapes)}" if escapes else ""))
+        return (
+            "\n".join(self.transcript)
+            + "\n--- model server requests:\n"
+            + self.server.log()
+            + (f"\n--- refused requests for other hosts: {len(escapes)}" if escapes else "")
+        )
 
 
 def _git(cwd: Path, *args: str) -> None:
@@ -228,8 +263,11 @@ def carries(turn: Turn, earlier: list[Turn]) -> str | None:
         if turn.prompt not in req.raw:
             continue
         missing = [t.prompt for t in earlier if t.prompt not in req.raw]
-        missing += [f"a reply of turn {t.prompt} ({', '.join(t.replies) or 'none'})"
-                    for t in earlier if not any(r in req.raw for r in t.replies)]
+        missing += [
+            f"a reply of turn {t.prompt} ({', '.join(t.replies) or 'none'})"
+            for t in earlier
+            if not any(r in req.raw for r in t.replies)
+        ]
         if not missing:
             return None
         if best is None or len(missing) < len(best):

@@ -60,7 +60,9 @@ def _write(path: Path, text: str) -> None:
 class Codex(Profile):
     def configure(self, w: Where, first_life: bool) -> None:
         if first_life:
-            _write(self.live_dir(w) / "config.toml", f"""\
+            _write(
+                self.live_dir(w) / "config.toml",
+                f"""\
 model = "{MODEL}"
 model_provider = "fake"
 check_for_update_on_startup = false
@@ -73,7 +75,8 @@ env_key = "FAKE_API_KEY"
 
 [analytics]
 enabled = false
-""")
+""",
+            )
 
     def env(self, w: Where) -> dict[str, str]:
         return {"CODEX_HOME": str(self.live_dir(w)), "FAKE_API_KEY": "fake-key"}
@@ -87,9 +90,14 @@ enabled = false
 @attrs.frozen
 class Claude(Profile):
     def env(self, w: Where) -> dict[str, str]:
-        return {"CLAUDE_CONFIG_DIR": str(self.live_dir(w)), "ANTHROPIC_BASE_URL": w.url,
-                "ANTHROPIC_API_KEY": "sk-fake", "DISABLE_AUTOUPDATER": "1",
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1"}
+        return {
+            "CLAUDE_CONFIG_DIR": str(self.live_dir(w)),
+            "ANTHROPIC_BASE_URL": w.url,
+            "ANTHROPIC_API_KEY": "sk-fake",
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+        }
 
     def turn(self, prompt: str, resume: bool) -> list[str]:
         return ["-p", "--output-format", "json", *(["--continue"] if resume else []), prompt]
@@ -109,8 +117,12 @@ class Gemini(Profile):
             _write(self.live_dir(w) / "settings.json", json.dumps(settings, indent=2))
 
     def env(self, w: Where) -> dict[str, str]:
-        return {"GEMINI_CLI_HOME": str(self.live_dir(w).parent), "GOOGLE_GEMINI_BASE_URL": w.url,
-                "GEMINI_API_KEY": "fake-key", "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+        return {
+            "GEMINI_CLI_HOME": str(self.live_dir(w).parent),
+            "GOOGLE_GEMINI_BASE_URL": w.url,
+            "GEMINI_API_KEY": "fake-key",
+            "GEMINI_CLI_TRUST_WORKSPACE": "true",
+        }
 
     def turn(self, prompt: str, resume: bool) -> list[str]:
         return [*(["--resume", "latest"] if resume else []), "-p", prompt]
@@ -127,12 +139,19 @@ class Opencode(Profile):
             os.symlink(self.live_dir(w), link)
         self.live_dir(w).mkdir(parents=True, exist_ok=True)
         config = {
-            "$schema": "https://opencode.ai/config.json", "autoupdate": False,
-            "share": "disabled", "model": f"fake/{MODEL}", "small_model": f"fake/{MODEL}",
-            "provider": {"fake": {
-                "npm": "@ai-sdk/openai-compatible", "name": "Fake",
-                "options": {"baseURL": f"{w.url}/v1", "apiKey": "fake-key"},
-                "models": {MODEL: {"name": "Fake model"}}}},
+            "$schema": "https://opencode.ai/config.json",
+            "autoupdate": False,
+            "share": "disabled",
+            "model": f"fake/{MODEL}",
+            "small_model": f"fake/{MODEL}",
+            "provider": {
+                "fake": {
+                    "npm": "@ai-sdk/openai-compatible",
+                    "name": "Fake",
+                    "options": {"baseURL": f"{w.url}/v1", "apiKey": "fake-key"},
+                    "models": {MODEL: {"name": "Fake model"}},
+                }
+            },
         }
         _write(w.home / ".config" / "opencode" / "opencode.json", json.dumps(config, indent=2))
 
@@ -148,16 +167,31 @@ class OpenClaw(Profile):
     def configure(self, w: Where, first_life: bool) -> None:
         if first_life:
             config = {
-                "models": {"mode": "merge", "catalogRefresh": {"enabled": False},
-                           "providers": {"fake": {
-                               "baseUrl": f"{w.url}/v1", "apiKey": "fake-key",
-                               "api": "openai-completions",
-                               "request": {"allowPrivateNetwork": True},
-                               "models": [{"id": MODEL, "name": "Fake model",
-                                           "contextWindow": 128000, "maxTokens": 4096,
-                                           "input": ["text"], "reasoning": False}]}}},
-                "agents": {"defaults": {"model": {"primary": f"fake/{MODEL}"},
-                                        "workspace": str(w.work)}},
+                "models": {
+                    "mode": "merge",
+                    "catalogRefresh": {"enabled": False},
+                    "providers": {
+                        "fake": {
+                            "baseUrl": f"{w.url}/v1",
+                            "apiKey": "fake-key",
+                            "api": "openai-completions",
+                            "request": {"allowPrivateNetwork": True},
+                            "models": [
+                                {
+                                    "id": MODEL,
+                                    "name": "Fake model",
+                                    "contextWindow": 128000,
+                                    "maxTokens": 4096,
+                                    "input": ["text"],
+                                    "reasoning": False,
+                                }
+                            ],
+                        }
+                    },
+                },
+                "agents": {
+                    "defaults": {"model": {"primary": f"fake/{MODEL}"}, "workspace": str(w.work)}
+                },
                 # no Chromium to drive here; starting its plugin tripled a turn's time
                 "browser": {"enabled": False},
             }
@@ -175,7 +209,9 @@ class OpenClaw(Profile):
 class Hermes(Profile):
     def configure(self, w: Where, first_life: bool) -> None:
         if first_life:
-            _write(self.live_dir(w) / "config.yaml", f"""\
+            _write(
+                self.live_dir(w) / "config.yaml",
+                f"""\
 model:
   provider: custom
   default: {MODEL}
@@ -184,7 +220,8 @@ model:
   context_length: 128000
 security:
   tirith_enabled: false
-""")
+""",
+            )
 
     def env(self, w: Where) -> dict[str, str]:
         return {"HERMES_HOME": str(self.live_dir(w))}
@@ -193,11 +230,14 @@ security:
         return ["chat", "-Q", *(["--continue"] if resume else []), "-q", prompt]
 
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Codex("codex", "codex-home"),
-    Claude("claude", "agent-state/claude"),
-    Gemini("gemini", "agent-state/gemini-home/.gemini"),
-    Opencode("opencode", "opencode-share"),
-    OpenClaw("openclaw", "oc-home/.openclaw"),
-    Hermes("hermes", "hermes"),
-)}
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Codex("codex", "codex-home"),
+        Claude("claude", "agent-state/claude"),
+        Gemini("gemini", "agent-state/gemini-home/.gemini"),
+        Opencode("opencode", "opencode-share"),
+        OpenClaw("openclaw", "oc-home/.openclaw"),
+        Hermes("hermes", "hermes"),
+    )
+}

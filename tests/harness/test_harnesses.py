@@ -45,8 +45,10 @@ def _turned(lab: Lab, turn: Turn, what: str) -> None:
 def _ok(lab: Lab, problems: list[str], args: tuple[str, ...], life_n: int) -> None:
     done = lab.syncengine(lab.lives[life_n - 1], *args)
     if done.returncode != 0:
-        problems.append(f"life {life_n}: syncengine {' '.join(args)} exited {done.returncode}:"
-                        f" {done.stderr.strip()[-1500:]}")
+        problems.append(
+            f"life {life_n}: syncengine {' '.join(args)} exited {done.returncode}:"
+            f" {done.stderr.strip()[-1500:]}"
+        )
 
 
 def _resumed(lab: Lab, problems: list[str], turn: Turn, earlier: list[Turn]) -> None:
@@ -58,8 +60,7 @@ def _resumed(lab: Lab, problems: list[str], turn: Turn, earlier: list[Turn]) -> 
 
 
 def _fail_on(lab: Lab, problems: list[str]) -> None:
-    assert not problems, ("\n".join(f"- {p}" for p in problems)
-                          + f"\n\n{lab.report()}")
+    assert not problems, "\n".join(f"- {p}" for p in problems) + f"\n\n{lab.report()}"
 
 
 def test_checkpoint_restart_restore_resume(lab: Lab, problems: list[str]) -> None:

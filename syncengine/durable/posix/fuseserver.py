@@ -55,7 +55,7 @@ class Server:
         prefix = os.fsencode(name) + b"="
         for item in data.split(b"\0"):
             if item.startswith(prefix):
-                return os.fsdecode(item[len(prefix):])
+                return os.fsdecode(item[len(prefix) :])
         return None
 
 

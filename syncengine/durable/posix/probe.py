@@ -43,12 +43,25 @@ from syncengine.errors import DurableError, durable_error
 from syncengine.fs import savefile
 
 SCRATCH = ".syncengine-probe"
-NO_RENAME_ERRNOS = (errno.EXDEV, errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP,
-                    errno.EACCES)
+NO_RENAME_ERRNOS = (
+    errno.EXDEV,
+    errno.ENOSYS,
+    errno.EPERM,
+    errno.EOPNOTSUPP,
+    errno.ENOTSUP,
+    errno.EACCES,
+)
 # How mounts refuse an append, at open, write or close (rclone off: ESPIPE at write,
 # EPERM at close); anything else (ENOTCONN, EIO, ENOSPC) is a broken mount.
-APPEND_REFUSED_ERRNOS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EACCES,
-                         errno.EINVAL, errno.ESPIPE, errno.EBADF)
+APPEND_REFUSED_ERRNOS = (
+    errno.EPERM,
+    errno.EOPNOTSUPP,
+    errno.ENOTSUP,
+    errno.EACCES,
+    errno.EINVAL,
+    errno.ESPIPE,
+    errno.EBADF,
+)
 _MTIME = 1_600_000_000_123_456_789  # an unmistakable mtime to set and read back
 
 
@@ -143,15 +156,21 @@ class Capabilities:
         return not self.attrs_on_handle and (self.set_mtime or self.set_mode)
 
     def describe(self) -> str:
-        parts = ["rename: yes" if self.rename_supported else
-                 f"rename: no ({self.rename_error or 'new name not visible at once'}); "
-                 "publishing new objects and switching the manifest"]
+        parts = [
+            "rename: yes"
+            if self.rename_supported
+            else f"rename: no ({self.rename_error or 'new name not visible at once'}); "
+            "publishing new objects and switching the manifest"
+        ]
         parts.append(f"mtime: {'yes' if self.set_mtime else 'no'}")
         parts.append(f"mode: {'yes' if self.set_mode else 'no'}")
         if not self.attrs_on_handle:
             parts.append("attributes set after close")
-        parts.append("appends refused (object-store streaming mode)" if self.append_refused
-                     else "appends allowed")
+        parts.append(
+            "appends refused (object-store streaming mode)"
+            if self.append_refused
+            else "appends allowed"
+        )
         if self.client:
             parts.append(f"{self.client}: {self.client_detail}")
         if self.write_back:
@@ -190,17 +209,21 @@ def check_root(root: Path, *, require_mount: bool, state_dir: Path | None = None
     if require_mount and not mounted:
         raise DurableError(
             f"durable root {root} is not a mount point (require_mount = true): the bucket is "
-            "not mounted; mount it, or set require_mount = false for a plain directory")
+            "not mounted; mount it, or set require_mount = false for a plain directory"
+        )
     cached = read_cache(state_dir, root) if state_dir is not None else None
     if cached and cached.get("mounted") and not mounted:
         raise DurableError(
             f"durable root {root} was a mount point ({cached.get('fstype')}) when probed, and is "
-            "not one now: the bucket is not mounted; remount it before checkpoint or restore")
+            "not one now: the bucket is not mounted; remount it before checkpoint or restore"
+        )
     try:
         st = os.stat(root)
     except FileNotFoundError as exc:
-        raise DurableError(f"durable root {root} does not exist: mount it, or set "
-                           "durable_root (DATA_DIR) to the checkpoint location") from exc
+        raise DurableError(
+            f"durable root {root} does not exist: mount it, or set "
+            "durable_root (DATA_DIR) to the checkpoint location"
+        ) from exc
     except OSError as exc:
         raise durable_error("stat durable root", root, exc) from exc
     if not stat.S_ISDIR(st.st_mode):
@@ -224,8 +247,9 @@ def capabilities(root: Path, state_dir: Path) -> Capabilities:
     caps = probe(root)
     data = {**caps.to_json(), "root": str(root), "mount_key": key}
     try:
-        savefile.write_file(cache_path(state_dir, root), json.dumps(data).encode(), mode=0o600,
-                            fsync=False)
+        savefile.write_file(
+            cache_path(state_dir, root), json.dumps(data).encode(), mode=0o600, fsync=False
+        )
     except OSError:
         pass  # a cache: probing again next run is the only cost
     return caps
@@ -256,10 +280,12 @@ def _check_rename(t: Trial) -> dict[str, Any]:
 
 def _check_set_attrs(t: Trial) -> dict[str, Any]:
     target = t.newest
-    return {"set_mtime": _try(lambda: os.utime(target, ns=(_MTIME, _MTIME)))
-            and os.stat(target).st_mtime_ns == _MTIME,
-            "set_mode": _try(lambda: os.chmod(target, 0o640))
-            and stat.S_IMODE(os.stat(target).st_mode) == 0o640}
+    return {
+        "set_mtime": _try(lambda: os.utime(target, ns=(_MTIME, _MTIME)))
+        and os.stat(target).st_mtime_ns == _MTIME,
+        "set_mode": _try(lambda: os.chmod(target, 0o640))
+        and stat.S_IMODE(os.stat(target).st_mode) == 0o640,
+    }
 
 
 def _check_append(t: Trial) -> dict[str, Any]:
@@ -295,10 +321,16 @@ def probe(root: Path) -> Capabilities:
                 raise durable_error(f"probe ({what})", scratch, exc) from exc
     finally:
         _clean(scratch, (trial.a, trial.b))
-    return Capabilities(mounted=info is not None and info.mount_point == os.path.abspath(root),
-                        mount=info.mount_point if info else "", fstype=info.fstype if info else "",
-                        source=info.source if info else "", probed_ns=time.time_ns(),
-                        instance=fuseserver.instance(info), **trial.found, **_client(info))
+    return Capabilities(
+        mounted=info is not None and info.mount_point == os.path.abspath(root),
+        mount=info.mount_point if info else "",
+        fstype=info.fstype if info else "",
+        source=info.source if info else "",
+        probed_ns=time.time_ns(),
+        instance=fuseserver.instance(info),
+        **trial.found,
+        **_client(info),
+    )
 
 
 def _client(info: MountInfo | None) -> dict[str, Any]:
@@ -307,9 +339,13 @@ def _client(info: MountInfo | None) -> dict[str, Any]:
     verdict = writeback.detect(info, server)
     if verdict is None:
         return {}
-    return {"client": verdict.client, "client_detail": verdict.detail,
-            "write_back": verdict.write_back, "write_back_delay_s": verdict.delay_s,
-            "rclone_rc": verdict.rclone_rc}
+    return {
+        "client": verdict.client,
+        "client_detail": verdict.detail,
+        "write_back": verdict.write_back,
+        "write_back_delay_s": verdict.delay_s,
+        "rclone_rc": verdict.rclone_rc,
+    }
 
 
 def _write(path: Path, data: bytes, *, attrs_on_handle: bool) -> bool:
@@ -333,8 +369,11 @@ def _try_rename(src: Path, dst: Path) -> dict[str, Any]:
         os.replace(src, dst)
     except OSError as exc:
         if exc.errno in NO_RENAME_ERRNOS:
-            return {"rename": False, "rename_visible": False,
-                    "rename_error": errno.errorcode.get(exc.errno or 0, str(exc.errno))}
+            return {
+                "rename": False,
+                "rename_visible": False,
+                "rename_error": errno.errorcode.get(exc.errno or 0, str(exc.errno)),
+            }
         raise
     with open(dst, "rb") as f:
         visible = f.read() == b"second"

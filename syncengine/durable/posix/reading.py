@@ -203,8 +203,9 @@ def _kind(mode: int) -> Kind:
 
 
 def _info(key: str, st: os.stat_result, target: str | None) -> ObjectInfo:
-    return ObjectInfo(key, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode),
-                      _kind(st.st_mode), target)
+    return ObjectInfo(
+        key, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), _kind(st.st_mode), target
+    )
 
 
 class _Open:

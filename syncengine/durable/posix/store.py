@@ -52,8 +52,16 @@ from syncengine.errors import (
 )
 from syncengine.fs import savefile
 
-__all__ = ["MANIFEST_DIR", "META_DIR", "OBJECTS_DIR", "STAGING_DIR", "PosixStore", "Store",
-           "new_object_name", "rename_new"]
+__all__ = [
+    "MANIFEST_DIR",
+    "META_DIR",
+    "OBJECTS_DIR",
+    "STAGING_DIR",
+    "PosixStore",
+    "Store",
+    "new_object_name",
+    "rename_new",
+]
 
 
 class PosixStore(PosixReader):
@@ -117,8 +125,14 @@ class PosixStore(PosixReader):
             self._staging_ready = True
 
     @contextmanager
-    def _staged(self, source_mode: int = 0o600, relpath: str | None = None, *,
-               unique: bool = False, exclusive: bool = False) -> Iterator[savefile.Staged]:
+    def _staged(
+        self,
+        source_mode: int = 0o600,
+        relpath: str | None = None,
+        *,
+        unique: bool = False,
+        exclusive: bool = False,
+    ) -> Iterator[savefile.Staged]:
         """A new object for `relpath`, discarded unless published.
 
         A temp file in the staging directory; without rename support, the new
@@ -147,8 +161,15 @@ class PosixStore(PosixReader):
                 tmp.discard()
 
     @contextmanager
-    def writer(self, key: str, *, mode: int, mtime_ns: int | None = None, unique: bool = False,
-               sync: bool = False) -> Iterator[_Writer]:
+    def writer(
+        self,
+        key: str,
+        *,
+        mode: int,
+        mtime_ns: int | None = None,
+        unique: bool = False,
+        sync: bool = False,
+    ) -> Iterator[_Writer]:
         """One new object for `key`, committed on a clean exit (the `Store` contract).
 
         Staged and renamed into place, or, without rename, written once under a
@@ -161,9 +182,15 @@ class PosixStore(PosixReader):
             self._close(tmp, key, mode=mode, mtime_ns=mtime_ns, sync=sync)
             out.object = self._publish(tmp, key)
 
-    def _close(self, tmp: savefile.Staged, relpath: str | None = None, *,
-               mode: int | None = None, mtime_ns: int | None = None, sync: bool = False
-               ) -> None:
+    def _close(
+        self,
+        tmp: savefile.Staged,
+        relpath: str | None = None,
+        *,
+        mode: int | None = None,
+        mtime_ns: int | None = None,
+        sync: bool = False,
+    ) -> None:
         """Close (= commit on a mount) the new object for `relpath`, with mode and mtime.
 
         An error at close means the object was not written; `_staged` then
@@ -201,8 +228,7 @@ class PosixStore(PosixReader):
         self._last_write = time.monotonic()  # a mount may queue the upload under the new name
         return None
 
-    def put_bytes(self, relpath: str, data: bytes, *, if_absent: bool, mode: int = 0o644
-                  ) -> None:
+    def put_bytes(self, relpath: str, data: bytes, *, if_absent: bool, mode: int = 0o644) -> None:
         """Publish `data` as one closed object at `relpath`; with `if_absent`, a name used
         once (manifests).
 
@@ -218,8 +244,10 @@ class PosixStore(PosixReader):
                 w.write(data)
             return
         if self.head(relpath) is not None:
-            raise NameTaken(f"write {self.root / relpath}: an object of that name already "
-                            "exists, and this name is written once")
+            raise NameTaken(
+                f"write {self.root / relpath}: an object of that name already "
+                "exists, and this name is written once"
+            )
         try:
             with self._staged(mode, relpath, unique=True, exclusive=True) as tmp:
                 try:
@@ -265,7 +293,8 @@ class PosixStore(PosixReader):
             f"{self.root / relpath}: another process wrote this object between this writer's "
             f"check and its rename: two writers share the durable root {self.root}. Run one "
             "checkpoint writer per durable root; nothing was replaced, and the next pass "
-            "continues after the other writer's manifest")
+            "continues after the other writer's manifest"
+        )
 
     def writes_in_place(self) -> bool:
         """Whether `put_bytes` writes under the final name (no rename on this mount).
@@ -325,6 +354,7 @@ class PosixStore(PosixReader):
             return savefile.sweep_staging(self._staging)
         except OSError as exc:
             raise durable_error("clean staging directory", self._staging, exc) from exc
+
 
 class _Writer:
     """What `PosixStore.writer` yields: the staged object's `write`, and where it went."""

@@ -65,8 +65,9 @@ class Verdict:
 
 # Flags whose value is the next argument when not given as --name=value (any other
 # --name is read as a switch: positional arguments are never interpreted).
-_VALUED = frozenset({"vfs-cache-mode", "vfs-write-back", "rc-addr", "rc-user", "rc-pass",
-                     "rc-htpasswd"})
+_VALUED = frozenset(
+    {"vfs-cache-mode", "vfs-write-back", "rc-addr", "rc-user", "rc-pass", "rc-htpasswd"}
+)
 
 
 def _flags(argv: tuple[str, ...]) -> dict[str, str]:
@@ -116,16 +117,23 @@ def _rclone(info: MountInfo, server: Server | None) -> Verdict | None:
     if info.fstype != "fuse.rclone" and (server is None or server.program != "rclone"):
         return None
     if server is None:
-        return Verdict("rclone", True, "its process is not visible from here, so its cache "
-                       "mode is unknown: assumed to write back")
+        return Verdict(
+            "rclone",
+            True,
+            "its process is not visible from here, so its cache "
+            "mode is unknown: assumed to write back",
+        )
     flags = _flags(server.argv)
     mode = (flags.get("vfs-cache-mode") or server.env("RCLONE_VFS_CACHE_MODE") or "off").lower()
     if mode in ("off", "minimal"):
         return Verdict("rclone", False, f"--vfs-cache-mode {mode}: uploads during close")
     delay = _duration(flags.get("vfs-write-back") or server.env("RCLONE_VFS_WRITE_BACK"), 5.0)
     rc = None
-    if (flags.get("rc") == "true" or (server.env("RCLONE_RC") or "").lower() in ("true", "1")
-            or "rc-addr" in flags):
+    if (
+        flags.get("rc") == "true"
+        or (server.env("RCLONE_RC") or "").lower() in ("true", "1")
+        or "rc-addr" in flags
+    ):
         rc = flags.get("rc-addr") or server.env("RCLONE_RC_ADDR") or RCLONE_RC_DEFAULT
     login = any(k in flags for k in ("rc-user", "rc-pass", "rc-htpasswd"))
     detail = f"--vfs-cache-mode {mode}, write-back delay {delay:g}s"
@@ -143,8 +151,12 @@ def _hf_mount(info: MountInfo, server: Server | None) -> Verdict | None:
     if server is None or not server.program.startswith("hf-mount"):
         return None
     if "--advanced-writes" in server.argv:
-        return Verdict("hf-mount", True, "--advanced-writes: uploads about 2s after the last "
-                       "change (30s at most)", 2.0)
+        return Verdict(
+            "hf-mount",
+            True,
+            "--advanced-writes: uploads about 2s after the last change (30s at most)",
+            2.0,
+        )
     return Verdict("hf-mount", False, "streaming writes: uploads during close")
 
 
@@ -197,14 +209,16 @@ class RcloneControl:
 
     def call(self, command: str, **params: Any) -> dict[str, Any]:
         request = urllib.request.Request(
-            f"{self.url.rstrip('/')}/{command}", data=json.dumps(params).encode(),
-            headers={"Content-Type": "application/json"}, method="POST")
+            f"{self.url.rstrip('/')}/{command}",
+            data=json.dumps(params).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 data = json.load(response)
         except urllib.error.HTTPError as exc:
-            raise RcError(f"{command} at {self.url}: HTTP {exc.code} "
-                          f"{_rc_message(exc)}") from exc
+            raise RcError(f"{command} at {self.url}: HTTP {exc.code} {_rc_message(exc)}") from exc
         except (OSError, ValueError) as exc:
             raise RcError(f"{command} at {self.url}: {exc}") from exc
         if not isinstance(data, dict):
@@ -266,26 +280,35 @@ class Uploads:
                 return False
             if cache.get("write_back_s") is not None:
                 delay = cache["write_back_s"]
-            busy = {k: int(cache.get(k) or 0)
-                    for k in ("uploadsQueued", "uploadsInProgress", "erroredFiles")}
+            busy = {
+                k: int(cache.get(k) or 0)
+                for k in ("uploadsQueued", "uploadsInProgress", "erroredFiles")
+            }
             now = self.clock()
             earliest = since + max(delay, FLOOR_S)
             if now >= earliest and not any(busy.values()):
                 self.said = ""
                 return True
             if now >= deadline:
-                self._say(f"uploads not confirmed within {self.timeout_s:g}s ("
-                          f"{busy['uploadsQueued']} queued, {busy['uploadsInProgress']} "
-                          f"uploading, {busy['erroredFiles']} failed)")
+                self._say(
+                    f"uploads not confirmed within {self.timeout_s:g}s ("
+                    f"{busy['uploadsQueued']} queued, {busy['uploadsInProgress']} "
+                    f"uploading, {busy['erroredFiles']} failed)"
+                )
                 return False
             self.sleep(max(0.0, min(deadline, max(earliest, now + POLL_S)) - now))
 
     def _say(self, reason: str) -> None:
         level = logging.DEBUG if reason == self.said else logging.WARNING
         self.said = reason
-        log.log(level, "durable.unconfirmed client=%s: %s; this pass's objects are recorded "
-                "as unconfirmed and checked against the bucket at the next start",
-                self.verdict.client, reason)
+        log.log(
+            level,
+            "durable.unconfirmed client=%s: %s; this pass's objects are recorded "
+            "as unconfirmed and checked against the bucket at the next start",
+            self.verdict.client,
+            reason,
+            extra={"event": "durable.unconfirmed"},
+        )
 
 
 def uploads(caps: Capabilities, config: Config) -> Uploads | None:
@@ -296,8 +319,12 @@ def uploads(caps: Capabilities, config: Config) -> Uploads | None:
     if not write_back:
         return None
     rc = config.rclone_rc or caps.rclone_rc
-    verdict = Verdict(caps.client or "declared", True,
-                      caps.client_detail if caps.write_back else
-                      "write_back = true in the configuration", caps.write_back_delay_s, rc)
+    verdict = Verdict(
+        caps.client or "declared",
+        True,
+        caps.client_detail if caps.write_back else "write_back = true in the configuration",
+        caps.write_back_delay_s,
+        rc,
+    )
     control = RcloneControl(rc, vfs=caps.source or None) if rc else None
     return Uploads(verdict, caps.instance, control, config.confirm_timeout)

@@ -13,14 +13,36 @@ from __future__ import annotations
 from syncengine.durable.s3.location import S3Location
 from syncengine.errors import DurableError
 
-_CREDENTIALS = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
-                "InvalidToken", "AccessDenied", "403 Forbidden", "401 Unauthorized",
-                "Unauthenticated", "PermissionDenied")
-_UNREACHABLE = ("error sending request", "connection refused", "Connection refused",
-                "dns error", "timed out", "Could not connect", "EndpointConnectionError",
-                "ConnectTimeout")
-_OVERLOADED = ("SlowDown", "503 Service Unavailable", "500 Internal Server Error",
-               "InternalError", "502 Bad Gateway", "504 Gateway Timeout", "ServiceUnavailable")
+_CREDENTIALS = (
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "AccessDenied",
+    "403 Forbidden",
+    "401 Unauthorized",
+    "Unauthenticated",
+    "PermissionDenied",
+)
+_UNREACHABLE = (
+    "error sending request",
+    "connection refused",
+    "Connection refused",
+    "dns error",
+    "timed out",
+    "Could not connect",
+    "EndpointConnectionError",
+    "ConnectTimeout",
+)
+_OVERLOADED = (
+    "SlowDown",
+    "503 Service Unavailable",
+    "500 Internal Server Error",
+    "InternalError",
+    "502 Bad Gateway",
+    "504 Gateway Timeout",
+    "ServiceUnavailable",
+)
 
 
 def durable(operation: str, where: S3Location, key: str, exc: BaseException) -> DurableError:
@@ -29,18 +51,26 @@ def durable(operation: str, where: S3Location, key: str, exc: BaseException) -> 
     bucket = where.bucket
     endpoint = where.endpoint or "AWS S3"
     if "NoSuchBucket" in text:
-        advice = (f"bucket {bucket} does not exist at {endpoint}: create it, or fix the bucket "
-                  "in durable_root / AWS_ENDPOINT_URL")
+        advice = (
+            f"bucket {bucket} does not exist at {endpoint}: create it, or fix the bucket "
+            "in durable_root / AWS_ENDPOINT_URL"
+        )
     elif any(s in text for s in _CREDENTIALS):
-        advice = (f"{endpoint} refused the credentials for bucket {bucket}: check "
-                  "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or AWS_PROFILE, "
-                  "and that they may read and write the bucket")
+        advice = (
+            f"{endpoint} refused the credentials for bucket {bucket}: check "
+            "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or AWS_PROFILE, "
+            "and that they may read and write the bucket"
+        )
     elif any(s in text for s in _UNREACHABLE):
-        advice = (f"cannot reach {endpoint} for bucket {bucket} (retried): check the network "
-                  "and AWS_ENDPOINT_URL / AWS_REGION; the next run retries")
+        advice = (
+            f"cannot reach {endpoint} for bucket {bucket} (retried): check the network "
+            "and AWS_ENDPOINT_URL / AWS_REGION; the next run retries"
+        )
     elif any(s in text for s in _OVERLOADED):
-        advice = (f"{endpoint} kept failing for bucket {bucket} (throttling or a server error, "
-                  "retried with backoff): nothing was recorded; try again later")
+        advice = (
+            f"{endpoint} kept failing for bucket {bucket} (throttling or a server error, "
+            "retried with backoff): nothing was recorded; try again later"
+        )
     else:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         advice = f"bucket {bucket} at {endpoint}: {first[:300]}"

@@ -59,7 +59,7 @@ def parse_url(url: str) -> tuple[str, str]:
     """``s3://BUCKET/PREFIX`` -> (bucket, prefix); ValueError when it is not one."""
     if not url.startswith(SCHEME):
         raise ValueError(f"{url!r} does not start with {SCHEME}")
-    bucket, _, prefix = url[len(SCHEME):].partition("/")
+    bucket, _, prefix = url[len(SCHEME) :].partition("/")
     if not bucket:
         raise ValueError(f"{url!r} names no bucket (s3://BUCKET/PREFIX)")
     return bucket, prefix.strip("/")
@@ -79,9 +79,12 @@ def from_environment(url: str, env: Mapping[str, str]) -> S3Location:
     name = env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
     home = env.get("HOME") or "~"
     profile = {
-        **_profile(env.get("AWS_CONFIG_FILE") or f"{home}/.aws/config",
-                   "default" if name == "default" else f"profile {name}"),
-        **_profile(env.get("AWS_SHARED_CREDENTIALS_FILE") or f"{home}/.aws/credentials", name)}
+        **_profile(
+            env.get("AWS_CONFIG_FILE") or f"{home}/.aws/config",
+            "default" if name == "default" else f"profile {name}",
+        ),
+        **_profile(env.get("AWS_SHARED_CREDENTIALS_FILE") or f"{home}/.aws/credentials", name),
+    }
 
     def pick(*keys: str) -> str | None:
         for key in keys:
@@ -92,14 +95,17 @@ def from_environment(url: str, env: Mapping[str, str]) -> S3Location:
 
     env_keys = bool(env.get("AWS_ACCESS_KEY_ID"))  # a key pair comes whole from one source
     return S3Location(
-        bucket, prefix,
+        bucket,
+        prefix,
         endpoint=pick("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "endpoint_url"),
         region=pick("AWS_REGION", "AWS_DEFAULT_REGION", "region"),
         access_key_id=pick("AWS_ACCESS_KEY_ID") if env_keys else pick("aws_access_key_id"),
-        secret_access_key=(pick("AWS_SECRET_ACCESS_KEY") if env_keys
-                           else pick("aws_secret_access_key")),
+        secret_access_key=(
+            pick("AWS_SECRET_ACCESS_KEY") if env_keys else pick("aws_secret_access_key")
+        ),
         session_token=pick("AWS_SESSION_TOKEN") if env_keys else pick("aws_session_token"),
-        profile=None if env_keys else name)
+        profile=None if env_keys else name,
+    )
 
 
 def _profile(path: str, section: str) -> dict[str, str]:

@@ -26,27 +26,36 @@ def _client(where: S3Location) -> Any:
 
     session = botocore.session.Session()
     return session.create_client(
-        "s3", endpoint_url=where.endpoint, region_name=where.region or "us-east-1",
-        aws_access_key_id=where.access_key_id, aws_secret_access_key=where.secret_access_key,
+        "s3",
+        endpoint_url=where.endpoint,
+        region_name=where.region or "us-east-1",
+        aws_access_key_id=where.access_key_id,
+        aws_secret_access_key=where.secret_access_key,
         aws_session_token=where.session_token,
-        config=botocore.config.Config(retries={"max_attempts": 4, "mode": "standard"},
-                                      s3={"addressing_style": "path"},
-                                      connect_timeout=10, read_timeout=60))
+        config=botocore.config.Config(
+            retries={"max_attempts": 4, "mode": "standard"},
+            s3={"addressing_style": "path"},
+            connect_timeout=10,
+            read_timeout=60,
+        ),
+    )
 
 
 def _full(where: S3Location, key: str) -> str:
     return f"{where.prefix}/{key}" if where.prefix else key
 
 
-def upload(where: S3Location, key: str, file: IO[bytes], size: int,
-           metadata: dict[str, str]) -> None:
+def upload(
+    where: S3Location, key: str, file: IO[bytes], size: int, metadata: dict[str, str]
+) -> None:
     """Upload `size` bytes of `file` as `key`, in parts; abort the upload on any failure
     (an exception, or a KeyboardInterrupt), so nothing is left open."""
     try:
         client = _client(where)
         full = _full(where, key)
         upload_id = client.create_multipart_upload(
-            Bucket=where.bucket, Key=full, Metadata=metadata)["UploadId"]
+            Bucket=where.bucket, Key=full, Metadata=metadata
+        )["UploadId"]
     except ImportError:
         raise
     except Exception as exc:
@@ -56,11 +65,13 @@ def upload(where: S3Location, key: str, file: IO[bytes], size: int,
         for number, offset in enumerate(range(0, size, PART_SIZE), start=1):
             file.seek(offset)
             body = file.read(min(PART_SIZE, size - offset))
-            etag = client.upload_part(Bucket=where.bucket, Key=full, UploadId=upload_id,
-                                      PartNumber=number, Body=body)["ETag"]
+            etag = client.upload_part(
+                Bucket=where.bucket, Key=full, UploadId=upload_id, PartNumber=number, Body=body
+            )["ETag"]
             parts.append({"ETag": etag, "PartNumber": number})
-        client.complete_multipart_upload(Bucket=where.bucket, Key=full, UploadId=upload_id,
-                                         MultipartUpload={"Parts": parts})
+        client.complete_multipart_upload(
+            Bucket=where.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}
+        )
     except BaseException as exc:
         try:
             client.abort_multipart_upload(Bucket=where.bucket, Key=full, UploadId=upload_id)
@@ -78,12 +89,14 @@ def sweep(where: S3Location, before: datetime.datetime) -> int:
         client = _client(where)
         aborted = 0
         pages = client.get_paginator("list_multipart_uploads").paginate(
-            Bucket=where.bucket, Prefix=prefix)
+            Bucket=where.bucket, Prefix=prefix
+        )
         for page in pages:
             for up in page.get("Uploads", []):
                 if up["Initiated"] < before:
-                    client.abort_multipart_upload(Bucket=where.bucket, Key=up["Key"],
-                                                  UploadId=up["UploadId"])
+                    client.abort_multipart_upload(
+                        Bucket=where.bucket, Key=up["Key"], UploadId=up["UploadId"]
+                    )
                     aborted += 1
         return aborted
     except Exception as exc:

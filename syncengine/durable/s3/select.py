@@ -37,7 +37,8 @@ def stores(config: Config) -> Callable[[Path], Store]:
         if path != root and root not in path.parents:
             raise ConfigError(
                 f"durable path {path} is not in the bucket of durable_root {base.url()}: with "
-                "an s3:// durable_root, give adapters' durable directories as relative names")
+                "an s3:// durable_root, give adapters' durable directories as relative names"
+            )
         return S3Store(base.child(path.relative_to(root).as_posix() if path != root else ""))
 
     return make

@@ -37,8 +37,9 @@ try:
     import obstore
     from obstore.store import S3Store as _Client
 except ImportError as _exc:  # pragma: no cover - the extra is installed in the tests
-    raise ImportError("the S3 durable backend needs the s3 extra: "
-                      "pip install 'syncengine[s3]'") from _exc
+    raise ImportError(
+        "the S3 durable backend needs the s3 extra: pip install 'syncengine[s3]'"
+    ) from _exc
 
 from syncengine.durable.s3 import failures, multipart
 from syncengine.durable.s3.location import S3Location
@@ -47,25 +48,44 @@ from syncengine.errors import CommitRefused, DurableError, NameTaken, SharedRoot
 
 SINGLE_PUT_MAX = 64 * 1024 * 1024
 RETRY: dict[str, Any] = {  # throttling, 5xx, dropped connections: bounded (~10 s at worst)
-    "max_retries": 4, "retry_timeout": datetime.timedelta(seconds=30),
-    "backoff": {"init_backoff": datetime.timedelta(milliseconds=100),
-                "max_backoff": datetime.timedelta(seconds=4), "base": 2}}
+    "max_retries": 4,
+    "retry_timeout": datetime.timedelta(seconds=30),
+    "backoff": {
+        "init_backoff": datetime.timedelta(milliseconds=100),
+        "max_backoff": datetime.timedelta(seconds=4),
+        "base": 2,
+    },
+}
 _SPOOL = 16 * 1024 * 1024  # an opened object is kept in memory up to this, then a temp file
 _STARTED = datetime.datetime.now(datetime.UTC)  # uploads older: a killed run's
 
 
 def client(where: S3Location) -> _Client:
     """An obstore client for `where` (values from the Config only)."""
-    options: dict[str, Any] = {"connect_timeout": datetime.timedelta(seconds=5),
-                               "timeout": datetime.timedelta(seconds=300)}
+    options: dict[str, Any] = {
+        "connect_timeout": datetime.timedelta(seconds=5),
+        "timeout": datetime.timedelta(seconds=300),
+    }
     if where.endpoint and where.endpoint.startswith("http://"):
         options["allow_http"] = True
-    config: dict[str, Any] = {k: v for k, v in (
-        ("endpoint", where.endpoint), ("region", where.region or "us-east-1"),
-        ("access_key_id", where.access_key_id), ("secret_access_key", where.secret_access_key),
-        ("session_token", where.session_token)) if v}
-    return _Client(where.bucket, prefix=where.prefix or None, config=config,  # type: ignore[arg-type]
-                   client_options=options, retry_config=RETRY)  # type: ignore[arg-type]
+    config: dict[str, Any] = {
+        k: v
+        for k, v in (
+            ("endpoint", where.endpoint),
+            ("region", where.region or "us-east-1"),
+            ("access_key_id", where.access_key_id),
+            ("secret_access_key", where.secret_access_key),
+            ("session_token", where.session_token),
+        )
+        if v
+    }
+    return _Client(
+        where.bucket,
+        prefix=where.prefix or None,
+        config=config,  # type: ignore[arg-type]
+        client_options=options,  # type: ignore[arg-type]
+        retry_config=RETRY,  # type: ignore[arg-type]
+    )
 
 
 class _Writer:
@@ -132,8 +152,15 @@ class S3Store:
 
     # -- writing ---------------------------------------------------------
     @contextmanager
-    def writer(self, key: str, *, mode: int, mtime_ns: int | None = None, unique: bool = False,
-               sync: bool = False) -> Iterator[_Writer]:
+    def writer(
+        self,
+        key: str,
+        *,
+        mode: int,
+        mtime_ns: int | None = None,
+        unique: bool = False,
+        sync: bool = False,
+    ) -> Iterator[_Writer]:
         """Buffer the object in a private temp file; one PUT on a clean exit."""
         self._writing()
         with tempfile.TemporaryFile() as file:  # mkstemp: 0600, unlinked at once
@@ -147,19 +174,33 @@ class S3Store:
                 return
             self._put(key, file.read(), metadata)
 
-    def _put(self, key: str, data: bytes, metadata: dict[str, str], *,
-             create: bool = False) -> None:
+    def _put(
+        self, key: str, data: bytes, metadata: dict[str, str], *, create: bool = False
+    ) -> None:
         try:
-            obstore.put(self.client, key, data, attributes=metadata, use_multipart=False,
-                        mode="create" if create else "overwrite")
+            obstore.put(
+                self.client,
+                key,
+                data,
+                attributes=metadata,
+                use_multipart=False,
+                mode="create" if create else "overwrite",
+            )
         except obstore.exceptions.AlreadyExistsError as exc:  # 412: If-None-Match failed
-            raise NameTaken(f"write {self.where(key)}: an object of that name already "
-                            "exists, and this name is written once") from exc
+            raise NameTaken(
+                f"write {self.where(key)}: an object of that name already "
+                "exists, and this name is written once"
+            ) from exc
         except Exception as exc:
             if "Could not parse path" in str(exc) or isinstance(
-                    exc, obstore.exceptions.InvalidPathError):  # a control character: this path
-                raise CommitRefused(key, "put", "S3 keys cannot hold this name (a control "
-                                    "character); exclude it or rename the file") from exc
+                exc, obstore.exceptions.InvalidPathError
+            ):  # a control character: this path
+                raise CommitRefused(
+                    key,
+                    "put",
+                    "S3 keys cannot hold this name (a control "
+                    "character); exclude it or rename the file",
+                ) from exc
             if "409" in str(exc) or "ConditionalRequestConflict" in str(exc):
                 raise self._shared(key) from exc
             raise self._fail("put", key, exc) from exc
@@ -169,7 +210,8 @@ class S3Store:
             f"{self.where(key)}: another process created this object while this writer did "
             f"(a conflicting conditional PUT): two writers share the durable root "
             f"{self.location.url()}. Run one checkpoint writer per durable root; nothing was "
-            "replaced, and the next pass continues after the other writer's manifest")
+            "replaced, and the next pass continues after the other writer's manifest"
+        )
 
     def put_bytes(self, key: str, data: bytes, *, if_absent: bool, mode: int = 0o644) -> None:
         self._writing()
@@ -284,8 +326,10 @@ class S3Store:
 
 def _metadata(mode: int, mtime_ns: int) -> dict[str, str]:
     """rclone's metadata format: ``mtime`` seconds.nanoseconds, ``mode`` octal with type."""
-    return {"mtime": f"{mtime_ns // 10**9}.{mtime_ns % 10**9:09d}",
-            "mode": f"{0o100000 | (mode & 0o7777):o}"}
+    return {
+        "mtime": f"{mtime_ns // 10**9}.{mtime_ns % 10**9:09d}",
+        "mode": f"{0o100000 | (mode & 0o7777):o}",
+    }
 
 
 def _info(key: str, meta: Any, attributes: Any) -> ObjectInfo:
