@@ -26,7 +26,7 @@ from pathlib import Path
 
 import attrs
 
-from syncengine.durable.store import META_DIR, ObjectInfo, Opened, Store, Target
+from syncengine.durable.store import META_DIR, AtomicPutStore, ObjectInfo, Opened, Store
 from syncengine.errors import NameTaken
 
 
@@ -59,7 +59,7 @@ class _Writer:
         self.buffer.write(data)
 
 
-class MemoryStore:
+class MemoryStore(AtomicPutStore):
     """One durable directory in a `MemoryBucket` (implements `Store`)."""
 
     def __init__(self, bucket: MemoryBucket, root: str | Path) -> None:
@@ -85,29 +85,6 @@ class MemoryStore:
             return any(k.startswith(prefix) for k in self.bucket.objects)
 
     # -- capabilities ----------------------------------------------------
-    def configure(self, target: Target) -> None:
-        """Nothing to adopt: a PUT is atomic and commit is the upload."""
-
-    def before_first_write(self, prepare: Callable[[], None]) -> None:
-        self._before_write = prepare
-
-    def _writing(self) -> None:
-        prepare = self._before_write
-        if prepare is not None:
-            prepare()
-            self._before_write = None
-
-    @property
-    def instance(self) -> str:
-        return ""
-
-    @property
-    def keeps_mtime(self) -> bool:
-        return True
-
-    def writes_in_place(self) -> bool:
-        return False  # under the final name, but whole or not at all: never torn
-
     # -- writing ---------------------------------------------------------
     @contextmanager
     def writer(
@@ -145,12 +122,6 @@ class MemoryStore:
         self._writing()
         with self.bucket.lock:
             return self.bucket.objects.pop(self._full(key), None) is not None
-
-    def barrier(self) -> None:
-        self._writing()
-
-    def confirm(self) -> bool:
-        return True
 
     def sweep_staging(self) -> int:
         self._writing()

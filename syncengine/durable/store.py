@@ -191,11 +191,50 @@ class Store(Protocol):
     def list(self, top: str = "") -> Iterator[ObjectInfo]: ...
 
 
+class AtomicPutStore:
+    """What every store whose commit is one atomic PUT shares (S3, the tests' memory
+    store): nothing to adopt from a probe, no mount instance, mtimes kept as given,
+    objects whole or absent (never torn), nothing to confirm after the PUT, and the
+    lazy preparation before the first write that an idle pass never triggers."""
+
+    _before_write: Callable[[], None] | None = None
+
+    def configure(self, target: Target) -> None:
+        """Nothing to adopt: a PUT is atomic and its answer is the commit."""
+
+    def before_first_write(self, prepare: Callable[[], None]) -> None:
+        self._before_write = prepare
+
+    def _writing(self) -> None:
+        prepare = self._before_write
+        if prepare is not None:
+            prepare()
+            self._before_write = None
+
+    @property
+    def instance(self) -> str:
+        return ""
+
+    @property
+    def keeps_mtime(self) -> bool:
+        return True
+
+    def writes_in_place(self) -> bool:
+        return False  # under the final name, but whole or not at all: never torn
+
+    def barrier(self) -> None:
+        self._writing()
+
+    def confirm(self) -> bool:
+        return True
+
+
 __all__ = [
     "MANIFEST_DIR",
     "META_DIR",
     "OBJECTS_DIR",
     "STAGING_DIR",
+    "AtomicPutStore",
     "ObjectInfo",
     "ObjectWriter",
     "Opened",

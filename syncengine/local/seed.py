@@ -47,6 +47,22 @@ from syncengine.model import AdapterState
 log = logging.getLogger("syncengine")
 
 
+def record_dirty(index: Index, entry: manifest.Entry) -> None:
+    """Record a file or link as the manifest has it, dirty: the next pass hashes the
+    local path and publishes it only if it differs (a rebuilt index, a kept local file)."""
+    index.record(
+        entry.path,
+        size=entry.size,
+        mtime_ns=entry.mtime_ns,
+        ctime_ns=DIRTY,
+        hash64=entry.hash or 0,
+        mode=entry.mode,
+        kind=entry.kind,
+        target=entry.target,
+        extra=entry.index_extra() or {},
+    )
+
+
 def from_manifest(state: AdapterState) -> None:
     """A missing index is rebuilt from the durable manifest, so nothing is re-uploaded.
 
@@ -59,17 +75,7 @@ def from_manifest(state: AdapterState) -> None:
     manifest_state = load_manifest(state.store)
     for entry in manifest_state.entries.values():
         if entry.kind in ("file", "symlink"):
-            state.index.record(
-                entry.path,
-                size=entry.size,
-                mtime_ns=entry.mtime_ns,
-                ctime_ns=DIRTY,
-                hash64=entry.hash or 0,
-                mode=entry.mode,
-                kind=entry.kind,
-                target=entry.target,
-                extra=entry.index_extra(),
-            )
+            record_dirty(state.index, entry)
         elif entry.kind == "segments":
             segments.seed(state.index, entry)
         elif entry.kind == "dir":  # compared with the live directory by the next walk

@@ -40,6 +40,7 @@ from syncengine.durable.manifest import Entry
 from syncengine.durable.store import Store
 from syncengine.errors import DurableError, SourceError
 from syncengine.fs.safepath import DirCache, UnsafePath, check_relpath
+from syncengine.local import seed
 from syncengine.local.index import DIRTY, Index
 from syncengine.model import AdapterState
 from syncengine.plan import (
@@ -371,17 +372,7 @@ def _seed(index: Index, entry: Entry) -> None:
     if entry.kind == "dir":  # the durable mode: a different local one is recorded next pass
         index.record_dir(entry.path, entry.mode)
     elif entry.kind in ("file", "symlink"):
-        index.record(
-            entry.path,
-            size=entry.size,
-            mtime_ns=entry.mtime_ns,
-            ctime_ns=DIRTY,
-            hash64=entry.hash or 0,
-            mode=entry.mode,
-            kind=entry.kind,
-            target=entry.target,
-            extra=entry.index_extra() or {},
-        )
+        seed.record_dirty(index, entry)
     elif entry.kind == "segments":
         segments.seed_kept(index, entry)
 

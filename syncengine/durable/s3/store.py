@@ -43,7 +43,7 @@ except ImportError as _exc:  # pragma: no cover - the extra is installed in the 
 
 from syncengine.durable.s3 import failures, multipart
 from syncengine.durable.s3.location import S3Location
-from syncengine.durable.store import META_DIR, ObjectInfo, Opened, Store, Target
+from syncengine.durable.store import META_DIR, AtomicPutStore, ObjectInfo, Opened, Store
 from syncengine.errors import CommitRefused, DurableError, NameTaken, SharedRoot
 
 SINGLE_PUT_MAX = 64 * 1024 * 1024
@@ -97,7 +97,7 @@ class _Writer:
         self.file.write(data)
 
 
-class S3Store:
+class S3Store(AtomicPutStore):
     """One adapter's durable prefix in a bucket (implements `Store`)."""
 
     def __init__(self, where: S3Location) -> None:
@@ -127,29 +127,6 @@ class S3Store:
             raise self._fail("list", "", exc) from exc
 
     # -- capabilities ----------------------------------------------------
-    def configure(self, target: Target) -> None:
-        """Nothing to adopt: a PUT is atomic and its answer is the commit."""
-
-    def before_first_write(self, prepare: Callable[[], None]) -> None:
-        self._before_write = prepare
-
-    def _writing(self) -> None:
-        prepare = self._before_write
-        if prepare is not None:
-            prepare()
-            self._before_write = None
-
-    @property
-    def instance(self) -> str:
-        return ""
-
-    @property
-    def keeps_mtime(self) -> bool:
-        return True
-
-    def writes_in_place(self) -> bool:
-        return False  # under the final name, but whole or not at all: never torn
-
     # -- writing ---------------------------------------------------------
     @contextmanager
     def writer(
@@ -226,12 +203,6 @@ class S3Store:
             obstore.delete(self.client, key)
         except Exception as exc:
             raise self._fail("delete", key, exc) from exc
-        return True
-
-    def barrier(self) -> None:
-        self._writing()
-
-    def confirm(self) -> bool:
         return True
 
     def sweep_staging(self) -> int:
