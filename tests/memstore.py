@@ -84,7 +84,6 @@ class MemoryStore(AtomicPutStore):
         with self.bucket.lock:
             return any(k.startswith(prefix) for k in self.bucket.objects)
 
-    # -- capabilities ----------------------------------------------------
     # -- writing ---------------------------------------------------------
     @contextmanager
     def writer(

@@ -126,7 +126,6 @@ class S3Store(AtomicPutStore):
         except Exception as exc:
             raise self._fail("list", "", exc) from exc
 
-    # -- capabilities ----------------------------------------------------
     # -- writing ---------------------------------------------------------
     @contextmanager
     def writer(
