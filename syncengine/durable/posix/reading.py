@@ -30,12 +30,13 @@ class PosixReader:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self._root_str = str(self.root)
         self._dirs: DirCache | None = None  # inside `batch`
         self._batch_depth = 0
         self._batch_lock = threading.Lock()
 
     def where(self, key: str) -> str:
-        return f"{self.root}/{key}" if key else str(self.root)
+        return f"{self._root_str}/{key}" if key else self._root_str
 
     def exists(self) -> bool:
         try:
@@ -75,20 +76,16 @@ class PosixReader:
                     self._dirs.close()
                     self._dirs = None
 
-    @contextmanager
-    def _reader(self) -> Iterator[DirCache]:
-        dirs = self._dirs
-        if dirs is not None:
-            yield dirs
-        else:
-            with DirCache(self.root) as own:
-                yield own
-
     def _open_fd(self, relpath: str) -> int:
-        """A descriptor of one object, opened without following any symlink."""
+        """A descriptor of one object, opened without following any symlink (through the
+        batch's directory descriptors when inside one; no context manager per object:
+        restore calls this once per file)."""
         try:
-            with self._reader() as dirs:
+            dirs = self._dirs
+            if dirs is not None:
                 return dirs.open_file(relpath)
+            with DirCache(self.root) as own:
+                return own.open_file(relpath)
         except NotADirectoryError as exc:
             raise FileNotFoundError(*exc.args) from exc
         except (FileNotFoundError, DurableError):

@@ -216,13 +216,13 @@ class PosixStore(PosixReader):
         if tmp.in_place:
             tmp.keep()
             return os.path.relpath(tmp.name, self.root)
-        target = self.root / relpath
+        target = f"{self._root_str}/{relpath}"  # a string: this runs once per object
         try:
             try:
-                tmp.publish(os.fspath(target))
+                tmp.publish(target)
             except FileNotFoundError:
-                os.makedirs(target.parent, mode=0o755, exist_ok=True)
-                tmp.publish(os.fspath(target))
+                os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+                tmp.publish(target)
         except OSError as exc:
             raise publish_error(relpath, target, exc) from exc
         self._last_write = time.monotonic()  # a mount may queue the upload under the new name
