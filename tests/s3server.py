@@ -33,7 +33,9 @@ CREDENTIALS = {
     "AWS_REGION": "us-east-1",
     "AWS_EC2_METADATA_DISABLED": "true",
 }
-_LINE = re.compile(r'"(GET|PUT|POST|DELETE|HEAD) (\S+) HTTP/[\d.]+" (\d+)')
+# werkzeug colours every status but 200 (204, 206, 404...) with ANSI codes inside the quotes
+_ANSI = r"(?:\x1b\[[\d;]*m)*"
+_LINE = re.compile(rf'"{_ANSI}(GET|PUT|POST|DELETE|HEAD) (\S+) HTTP/[\d.]+{_ANSI}" (\d+)')
 _names = itertools.count()
 
 
