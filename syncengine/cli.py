@@ -123,10 +123,15 @@ def _fmt_time(ns: Any) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(ns) / 1e9))
 
 
+_UNSET = {"write_back": "auto (the probe decides)"}  # what a key left unset means
+
+
 def _print_status(status: dict[str, Any]) -> None:
     print("configuration:")
+    width = max(map(len, status["config"]), default=0)
     for key, (value, source) in status["config"].items():
-        print(f"  {key:<13} {value}  ({source})")
+        shown = _UNSET.get(key, "not set") if value is None else value
+        print(f"  {key:<{width}}  {shown}  ({source})")
     caps = status.get("durable_probe")
     if caps:
         print(
