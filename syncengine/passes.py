@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from syncengine.checkpoint import execute as checkpoint
-from syncengine.checkpoint import record, segments, sqlite
+from syncengine.checkpoint import record, sqlite
 from syncengine.config import AdapterSpec
 from syncengine.durable.posix import probe
 from syncengine.errors import DurableError, NameTaken, local_error
+from syncengine.local import chainstate, status
 from syncengine.local import seed as seeding
-from syncengine.local import status
 from syncengine.local.index import Index, file_signature, settled
 from syncengine.model import AdapterState
 from syncengine.plan import PUBLISHING, CheckpointAction, PlainCopy, RecordDir, RecordLink
@@ -246,10 +246,10 @@ class Passes:
             result,
             state.index,
             missing,
-            segments.idle_chains(state.index, started) if logs else frozenset(),
+            chainstate.idle_chains(state.index, started) if logs else frozenset(),
             logs=state.segments,
             sniff=checkpoint.LiveContent(state.live) if state.sqlite is not None else None,
-            plain=segments.plain_wanted(state.index, started, quiet_ns) if logs else frozenset(),
+            plain=chainstate.plain_wanted(state.index, started, quiet_ns) if logs else frozenset(),
             plain_why=f"quiet for {self.config.plain_after:g} s",
             missing_dirs=missing_mod.missing_dirs(state, result),
             trust_hashes=not state.staging_marker.exists(),
@@ -261,7 +261,7 @@ class Passes:
         """Make the durable side ready for this plan; the fatal error if it cannot be."""
         # a final pass also records logs whose newest segments no manifest lists yet
         may_write = any(isinstance(a, (*PUBLISHING, RecordLink, RecordDir)) for a in actions) or (
-            final and bool(segments.unrecorded(state.index))
+            final and bool(chainstate.unrecorded(state.index))
         )
         prepare = functools.partial(self.engine.prepare_store, state.store)
         if may_write and state.name in self._unseeded:
@@ -301,7 +301,7 @@ class Passes:
         actions = [
             PlainCopy(p, rec.size, "final checkpoint")
             for p in sorted(
-                segments.plain_wanted(state.index, started, self.engine.quiet_ns(), final=True)
+                chainstate.plain_wanted(state.index, started, self.engine.quiet_ns(), final=True)
             )
             if (rec := state.index.get(p)) is not None
         ]

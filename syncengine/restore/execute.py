@@ -33,14 +33,13 @@ from contextlib import closing, contextmanager
 from typing import Any
 
 from syncengine.checkpoint import execute as checkpoint
-from syncengine.checkpoint import segments
 from syncengine.copier import Vanished, in_order
 from syncengine.durable import manifest, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import Store
 from syncengine.errors import DurableError, SourceError
 from syncengine.fs.safepath import DirCache, UnsafePath, check_relpath
-from syncengine.local import seed
+from syncengine.local import chainstate, seed
 from syncengine.local.index import DIRTY, Index
 from syncengine.model import AdapterState
 from syncengine.plan import (
@@ -326,7 +325,7 @@ def _record(index: Index, restored: list[Done]) -> None:
     """The index learns every placed file, so the next checkpoint uploads none of them."""
     for entry, st, h in restored:
         if entry.kind == "segments":
-            segments.seed(
+            chainstate.seed(
                 index,
                 entry,
                 ino=st.st_ino,
@@ -374,7 +373,7 @@ def _seed(index: Index, entry: Entry) -> None:
     elif entry.kind in ("file", "symlink"):
         seed.record_dirty(index, entry)
     elif entry.kind == "segments":
-        segments.seed_kept(index, entry)
+        chainstate.seed_kept(index, entry)
 
 
 Outcome = Done | KeepLocal | Vanished | SourceError  # KeepLocal: a log whose chain is not newer

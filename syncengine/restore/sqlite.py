@@ -32,7 +32,7 @@ from pathlib import Path
 
 import attrs
 
-from syncengine.checkpoint.sqlite import COMPANIONS, Options, find_databases, matches
+from syncengine.checkpoint.sqlite import COMPANIONS, Options, find_databases
 from syncengine.copier import stream
 from syncengine.durable import recorded
 from syncengine.durable.manifest import Entry
@@ -41,6 +41,7 @@ from syncengine.errors import DurableError, SourceError, source_error
 from syncengine.fs import savefile
 from syncengine.fs.safepath import DirCache, UnsafePath
 from syncengine.local.index import DIRTY, Index
+from syncengine.patterns import matches
 from syncengine.plan import RestoreDB
 from syncengine.sqlite_check import CheckFailed, Verdict, check, connect
 
