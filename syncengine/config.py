@@ -199,11 +199,7 @@ def config_from_dict(
     current directory).
     """
     env = os.environ if env is None else env
-    unknown = sorted(set(raw) - TOP_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{origin}: unknown key {unknown[0]!r}: valid keys are {', '.join(sorted(TOP_KEYS))}"
-        )
+    _refuse_unknown_keys(raw, origin)
     layers = Layers(
         env, raw, overrides or {}, origin, Path(base_dir) if base_dir is not None else None
     )
@@ -219,12 +215,7 @@ def config_from_dict(
     busy = layers.number("sqlite_busy_timeout", default=DEFAULT_SQLITE_BUSY_TIMEOUT)
     plain_after = layers.number("plain_after", default=DEFAULT_PLAIN_AFTER)
     home = layers.path("home", env_key="HOME") if layers.has("home", "HOME") else None
-    require_mount = layers.get("require_mount", None, False)
-    if not isinstance(require_mount, bool):
-        raise ConfigError(
-            f"{layers.sources['require_mount']}: require_mount must be true or "
-            f"false, not {require_mount!r}"
-        )
+    require_mount = _require_mount(layers)
     specs = adapter_specs(layers, builtin_adapters(), local_root, durable_root)
     check_overlaps(specs, state_dir)
     gc = _gc_config(raw.get("gc", {}), origin)
@@ -250,6 +241,24 @@ def config_from_dict(
         plain_after=float(plain_after),
         s3=s3,
     )
+
+
+def _refuse_unknown_keys(raw: Mapping[str, Any], origin: str) -> None:
+    unknown = sorted(set(raw) - TOP_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{origin}: unknown key {unknown[0]!r}: valid keys are {', '.join(sorted(TOP_KEYS))}"
+        )
+
+
+def _require_mount(layers: Layers) -> bool:
+    require_mount = layers.get("require_mount", None, False)
+    if not isinstance(require_mount, bool):
+        raise ConfigError(
+            f"{layers.sources['require_mount']}: require_mount must be true or "
+            f"false, not {require_mount!r}"
+        )
+    return require_mount
 
 
 def _durable_root(layers: Layers, env: Mapping[str, str]) -> tuple[Path, S3Location | None]:

@@ -97,10 +97,8 @@ class Layers:
         return check_number(self.sources[key], key, value)
 
 
-def adapter_specs(
-    layers: Layers, builtins: Mapping[str, dict[str, Any]], local_root: Path, durable_root: Path
-) -> tuple[AdapterSpec, ...]:
-    """The enabled adapters, built-in (`builtins`, by name) and ``[[adapter]]``, placed."""
+def _enabled_tables(layers: Layers, builtins: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The raw tables of the enabled adapters: the named built-ins, then ``[[adapter]]``."""
     enabled = layers.get("adapters", None, None)
     if enabled is None:
         enabled = list(builtins)
@@ -125,6 +123,14 @@ def adapter_specs(
             f"ones in adapters ({', '.join(builtins)}) or define one with "
             "[[adapter]]"
         )
+    return tables
+
+
+def adapter_specs(
+    layers: Layers, builtins: Mapping[str, dict[str, Any]], local_root: Path, durable_root: Path
+) -> tuple[AdapterSpec, ...]:
+    """The enabled adapters, built-in (`builtins`, by name) and ``[[adapter]]``, placed."""
+    tables = _enabled_tables(layers, builtins)
     specs: list[AdapterSpec] = []
     seen: set[str] = set()
     placed = {
