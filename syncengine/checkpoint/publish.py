@@ -131,7 +131,14 @@ def collect(state: AdapterState, item: Item, result: Result, p: Pass) -> None:
                 result.size,
                 extra={"event": "copy.published"},
             )
-    elif isinstance(result, Vanished):
+    else:
+        _not_published(state, path, result, p)
+
+
+def _not_published(state: AdapterState, path: str, result: Result, p: Pass) -> None:
+    """Count or report a result that published nothing (vanished, changed while
+    copied, waiting for a complete line, not a regular file, or failed)."""
+    if isinstance(result, Vanished):
         p.skipped += 1
         log.info(
             "copy.vanished adapter=%s path=%s", state.name, path, extra={"event": "copy.vanished"}

@@ -84,24 +84,30 @@ def read(
                 dst_name=entry.path,
                 hasher=h,
             )
-        if n != piece.length:
-            raise SourceError(entry.path, "restore", f"segment {piece.name} is short")
-        if piece.hash64 is not None and own.intdigest() != piece.hash64:
-            raise SourceError(
-                entry.path,
-                "restore",
-                f"segment {piece.name}: content hash "
-                "differs from its name: corrupt, refusing to restore",
-            )
-        if i == chain.recorded - 1 and entry.hash is not None and digest != entry.hash:
-            raise SourceError(
-                entry.path,
-                "restore",
-                f"content hash differs from the manifest: a segment of "
-                f"{chain_dir(entry.path, chain_of(entry)[0])} is corrupt; "
-                "refusing to restore",
-            )
+        _check_piece(entry, piece, n, own.intdigest(), digest if i == chain.recorded - 1 else None)
     return chain, h.intdigest()
+
+
+def _check_piece(entry: Entry, piece: Piece, n: int, own: int, prefix: int | None) -> None:
+    """Refuse a piece read short or whose hash differs from its name; `prefix`: the hash
+    of the log up to the end of the last piece the manifest records, checked against it."""
+    if n != piece.length:
+        raise SourceError(entry.path, "restore", f"segment {piece.name} is short")
+    if piece.hash64 is not None and own != piece.hash64:
+        raise SourceError(
+            entry.path,
+            "restore",
+            f"segment {piece.name}: content hash "
+            "differs from its name: corrupt, refusing to restore",
+        )
+    if prefix is not None and entry.hash is not None and prefix != entry.hash:
+        raise SourceError(
+            entry.path,
+            "restore",
+            f"content hash differs from the manifest: a segment of "
+            f"{chain_dir(entry.path, chain_of(entry)[0])} is corrupt; "
+            "refusing to restore",
+        )
 
 
 @contextmanager

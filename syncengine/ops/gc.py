@@ -185,27 +185,8 @@ def execute(
         a.path for a in tombs if _exists_locally(state, a.path, facts.entries[a.path].kind)
     )
     tombs = [a for a in tombs if a.path not in kept]
-    manifest_name = None
     count = size = 0
-    index = state.index
-    if tombs:
-        if facts.last_seq > int(index.meta.get("manifest_seq", 0)):
-            index.meta["manifest_seq"] = facts.last_seq
-        gone = {a.path for a in tombs}
-        store.barrier()
-        manifest_name = checkpoint.write_base(
-            state, (e for p, e in sorted(facts.entries.items()) if p not in gone), now_ns
-        )
-        for path in gone:
-            index.forget(path)
-        index.save(state.index_path)
-        log.info(
-            "gc.manifest adapter=%s object=%s removed=%d",
-            state.name,
-            manifest_name,
-            len(gone),
-            extra={"event": "gc.manifest"},
-        )
+    manifest_name = _write_base_without(state, facts, {a.path for a in tombs}, now_ns)
     # Without a new base, only objects older than the newest readable base may go.
     manifest_limit = 1 << 62 if manifest_name else facts.base_seq
     for action in actions:
@@ -242,6 +223,33 @@ def execute(
         manifest=manifest_name,
         kept=kept,
     )
+
+
+def _write_base_without(
+    state: AdapterState, facts: Facts, gone: set[str], now_ns: int
+) -> str | None:
+    """A new base manifest without the tombstoned paths, before anything is deleted (a
+    restore never asks for a deleted object); the index forgets them.  None: none gone."""
+    if not gone:
+        return None
+    index = state.index
+    if facts.last_seq > int(index.meta.get("manifest_seq", 0)):
+        index.meta["manifest_seq"] = facts.last_seq
+    state.store.barrier()
+    manifest_name = checkpoint.write_base(
+        state, (e for p, e in sorted(facts.entries.items()) if p not in gone), now_ns
+    )
+    for path in gone:
+        index.forget(path)
+    index.save(state.index_path)
+    log.info(
+        "gc.manifest adapter=%s object=%s removed=%d",
+        state.name,
+        manifest_name,
+        len(gone),
+        extra={"event": "gc.manifest"},
+    )
+    return manifest_name
 
 
 def _seq(name: str) -> int:

@@ -124,7 +124,7 @@ def plan(facts: Facts, cfg: GcConfig, now_ns: int) -> tuple[GcAction, ...]:
     per_path: dict[str, list[tuple[str, int]]] = {}
     for path, _chain, name, size, _mtime in facts.chain_objects:
         per_path.setdefault(path, []).append((name, size))
-    tombstones = set()
+    tombstones: set[str] = set()
     for path in sorted(facts.missing_locally):
         entry = facts.entries[path]
         passes, since = facts.absent.get(path, (0, None))
@@ -158,22 +158,7 @@ def plan(facts: Facts, cfg: GcConfig, now_ns: int) -> tuple[GcAction, ...]:
                 sum(s for _, s in superseded),
             )
         )
-    current = {
-        (e.path, str(e.extra.get("chain"))) for e in facts.entries.values() if e.kind == "segments"
-    }
-    chains: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
-    for path, chain, name, size, mtime in facts.chain_objects:
-        if path not in tombstones and (path, chain) not in current:
-            chains.setdefault((path, chain), []).append((name, size, mtime))
-    for (path, chain), chain_objs in sorted(chains.items()):
-        if now_ns - max(m for _, _, m in chain_objs) >= grace_ns:
-            actions.append(
-                DeleteObjects(
-                    f"superseded chain {chain_dir(path, chain)}",
-                    tuple(n for n, _, _ in chain_objs),
-                    sum(s for _, s, _ in chain_objs),
-                )
-            )
+    actions.extend(_superseded_chains(facts, tombstones, now_ns, grace_ns))
     stale = [(n, s) for n, s, m in facts.staging if now_ns - m >= cfg.staging_seconds * NS]
     if stale:
         actions.append(
@@ -182,3 +167,26 @@ def plan(facts: Facts, cfg: GcConfig, now_ns: int) -> tuple[GcAction, ...]:
             )
         )
     return tuple(actions)
+
+
+def _superseded_chains(
+    facts: Facts, tombstones: set[str], now_ns: int, grace_ns: int
+) -> list[DeleteObjects]:
+    """Segment chains no manifest entry names (a tombstoned path's go with it), once
+    their newest object is older than the grace period."""
+    current = {
+        (e.path, str(e.extra.get("chain"))) for e in facts.entries.values() if e.kind == "segments"
+    }
+    chains: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
+    for path, chain, name, size, mtime in facts.chain_objects:
+        if path not in tombstones and (path, chain) not in current:
+            chains.setdefault((path, chain), []).append((name, size, mtime))
+    return [
+        DeleteObjects(
+            f"superseded chain {chain_dir(path, chain)}",
+            tuple(n for n, _, _ in chain_objs),
+            sum(s for _, s, _ in chain_objs),
+        )
+        for (path, chain), chain_objs in sorted(chains.items())
+        if now_ns - max(m for _, _, m in chain_objs) >= grace_ns
+    ]
