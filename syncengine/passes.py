@@ -108,73 +108,86 @@ class Passes:
         jobs = self.scan_jobs(states, started)
         results = self._walk(jobs, hints)
         for state, job in zip(states, jobs, strict=True):
-            t0 = time.monotonic()
-            result = results[state.name]
-            for path, reason in result.errors:
-                self.engine.notices.warn(
-                    "scan.error",
-                    state.name,
-                    path,
-                    reason,
-                    "scan.error adapter=%s path=%s error=%s",
-                    state.name,
-                    path,
-                    reason,
+            reports.extend(
+                self._adapter_pass(
+                    state, job, results[state.name], started, dry_run, final, rebuilt
                 )
-            if not result.exists:
-                reports.append(AdapterReport(state.name))
-                continue
-            # a full listing rebuilds the directory table: what it saw, before the pass
-            scanned = (
-                missing_mod.walk_coverage(state, result)
-                if job.table is None and result.walk is not None
-                else None
-            )
-            actions = self._plan(state, result, started)
-            if dry_run:
-                reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
-                continue
-            fatal = self._ready(state, actions, final)
-            if fatal is not None:
-                reports.append(AdapterReport(state.name, fatal=fatal))
-                continue
-            try:
-                rep = checkpoint.run(
-                    state,
-                    actions,
-                    started_ns=started,
-                    jobs=self.engine.durable.copy_jobs(),
-                    final=final,
-                    progress=self.engine.progress,
-                )
-            except NameTaken as exc:
-                if rebuilt:
-                    reports.append(AdapterReport(state.name, fatal=str(exc)))
-                    continue
-                # The durable manifest is ahead of this index (a pass killed between its
-                # manifest object and its index, an older copy of the state dir, another
-                # writer): checkpoint.run dropped the index; this adapter's pass runs
-                # again from one rebuilt from the manifest, publishing what differs.
-                log.warning(
-                    "checkpoint.manifest-behind adapter=%s: %s; rebuilding the index "
-                    "from the durable manifest",
-                    state.name,
-                    exc,
-                    extra={"event": "checkpoint.manifest-behind"},
-                )
-                self.adapters.indexes.pop(state.name, None)
-                reports.extend(
-                    self.checkpoint(
-                        [self.config.adapter(state.name)], started, dry_run, final, {}, rebuilt=True
-                    )
-                )
-                continue
-            self._after(state, job, result, scanned)
-            scan_errors = tuple(PathError(state.name, p, "scan", r) for p, r in result.errors)
-            reports.append(
-                _with(rep, errors=rep.errors + scan_errors, duration_s=time.monotonic() - t0)
             )
         return reports
+
+    def _adapter_pass(
+        self,
+        state: AdapterState,
+        job: ScanJob,
+        result: ScanResult,
+        started: int,
+        dry_run: bool,
+        final: bool,
+        rebuilt: bool,
+    ) -> list[AdapterReport]:
+        """One adapter's part of a checkpoint pass, after the walk: plan, make the durable
+        side ready, execute, keep the directory table."""
+        t0 = time.monotonic()
+        for path, reason in result.errors:
+            self.engine.notices.warn(
+                "scan.error",
+                state.name,
+                path,
+                reason,
+                "scan.error adapter=%s path=%s error=%s",
+                state.name,
+                path,
+                reason,
+            )
+        if not result.exists:
+            return [AdapterReport(state.name)]
+        # a full listing rebuilds the directory table: what it saw, before the pass
+        scanned = (
+            missing_mod.walk_coverage(state, result)
+            if job.table is None and result.walk is not None
+            else None
+        )
+        actions = self._plan(state, result, started)
+        if dry_run:
+            return [AdapterReport(state.name, plan=tuple(map(str, actions)))]
+        fatal = self._ready(state, actions, final)
+        if fatal is not None:
+            return [AdapterReport(state.name, fatal=fatal)]
+        try:
+            rep = checkpoint.run(
+                state,
+                actions,
+                started_ns=started,
+                jobs=self.engine.durable.copy_jobs(),
+                final=final,
+                progress=self.engine.progress,
+            )
+        except NameTaken as exc:
+            if rebuilt:
+                return [AdapterReport(state.name, fatal=str(exc))]
+            return self._manifest_ahead(state, exc, started, dry_run, final)
+        self._after(state, job, result, scanned)
+        scan_errors = tuple(PathError(state.name, p, "scan", r) for p, r in result.errors)
+        return [_with(rep, errors=rep.errors + scan_errors, duration_s=time.monotonic() - t0)]
+
+    def _manifest_ahead(
+        self, state: AdapterState, exc: NameTaken, started: int, dry_run: bool, final: bool
+    ) -> list[AdapterReport]:
+        """The durable manifest is ahead of this index (a pass killed between its
+        manifest object and its index, an older copy of the state dir, another
+        writer): checkpoint.run dropped the index; this adapter's pass runs again
+        from one rebuilt from the manifest, publishing what differs."""
+        log.warning(
+            "checkpoint.manifest-behind adapter=%s: %s; rebuilding the index "
+            "from the durable manifest",
+            state.name,
+            exc,
+            extra={"event": "checkpoint.manifest-behind"},
+        )
+        self.adapters.indexes.pop(state.name, None)
+        return self.checkpoint(
+            [self.config.adapter(state.name)], started, dry_run, final, {}, rebuilt=True
+        )
 
     def _plan(
         self, state: AdapterState, result: ScanResult, started: int
