@@ -50,7 +50,7 @@ from syncengine.local import behind
 from syncengine.local.index import Index
 from syncengine.local.status import index_path
 from syncengine.ops.verifyentry import EntryChecker, Unrecorded
-from syncengine.progress import SILENT, Reporter
+from syncengine.progress import SILENT, Progress, Reporter
 
 log = logging.getLogger("syncengine")
 SAVE_EVERY = 500  # entries between progress saves
@@ -161,6 +161,14 @@ class _Progress:
     problems: list[list[str]] = attrs.field(factory=list)
 
     @classmethod
+    def resume(cls, path: Path, seq: int, sample: float, *, restart: bool) -> _Progress:
+        """The saved progress for this manifest and sample, or a fresh start."""
+        old = None if restart else cls.load(path)
+        if old is not None and (old.seq != seq or old.sample != sample):
+            old = None  # the manifest changed (or the sample): start over
+        return old or cls(seq, sample)
+
+    @classmethod
     def load(cls, path: Path) -> _Progress | None:
         try:
             data = json.loads(path.read_bytes())
@@ -192,25 +200,14 @@ def verify_adapter(
         )
     state = manifest.load(store)
     entries = sorted(state.entries.values(), key=lambda e: e.path)
-    old = None if restart else _Progress.load(progress_path)
-    if old is not None and (old.seq != state.last_seq or old.sample != sample):
-        old = None  # the manifest changed (or the sample): start over
-    prog = old or _Progress(state.last_seq, sample)
+    prog = _Progress.resume(progress_path, state.last_seq, sample, restart=restart)
     resumed = prog.cursor or None
     todo = [e for e in entries if e.path > prog.cursor] if prog.cursor else entries
     problems = [Problem(name, p, w) for p, w in prog.problems]
-    if not resumed:  # what the manifest itself lost, and entries nothing can restore
-        problems += [Problem(name, MANIFEST_DIR, p) for p in state.problems]
-        problems += [Problem(name, e.path, e.problem or "") for e in state.invalid.values()]
-        problems += _behind(name, store, index, state.last_seq)
+    if not resumed:
+        problems += _manifest_problems(name, store, index, state)
     notes = [f"manifest: {w}" for w in state.warnings]
-    check = EntryChecker(
-        store,
-        state_dir,
-        notes,
-        Unrecorded(staging_marker(state_dir, name), index_path(state_dir, name), state.last_seq),
-    )
-    done = 0
+    check = _checker(name, store, state_dir, notes, state.last_seq)
     meter = progress.start(
         "verify",
         name,
@@ -218,40 +215,14 @@ def verify_adapter(
         sum(e.size for e in todo if sampled(e.path, state.last_seq, sample)),
     )
     with store.batch():
-        for entry in todo:
-            if limit is not None and done >= limit:
-                meter.finish()
-                prog.problems = [[p.path, p.what] for p in problems]
-                prog.save(progress_path)
-                return AdapterVerify(
-                    name,
-                    state.last_seq,
-                    len(entries),
-                    prog.checked,
-                    prog.hashed,
-                    prog.bytes_read,
-                    tuple(problems),
-                    (),
-                    tuple(notes),
-                    complete=False,
-                    resumed_after=resumed,
-                )
-            found, read = check.entry(entry, sampled(entry.path, state.last_seq, sample))
-            problems.extend(Problem(name, entry.path, w) for w in found)
-            prog.checked += 1
-            prog.hashed += read is not None
-            prog.bytes_read += read or 0
-            prog.cursor = entry.path
-            done += 1
-            meter.advance(1, read or 0)
-            if done % SAVE_EVERY == 0:
-                prog.problems = [[p.path, p.what] for p in problems]
-                prog.save(progress_path)
+        complete = _check_all(name, todo, check, prog, problems, progress_path, meter, limit)
     meter.finish()
-    unlisted = tuple(unlisted_files(store, [*state.entries.values(), *state.invalid.values()]))
-    if unlisted and not state.last_seq:
-        notes.append("no manifest yet (old layout): files stay unlisted until a checkpoint")
-    progress_path.unlink(missing_ok=True)
+    unlisted: tuple[str, ...] = ()
+    if complete:
+        unlisted = tuple(unlisted_files(store, [*state.entries.values(), *state.invalid.values()]))
+        if unlisted and not state.last_seq:
+            notes.append("no manifest yet (old layout): files stay unlisted until a checkpoint")
+        progress_path.unlink(missing_ok=True)
     return AdapterVerify(
         name,
         state.last_seq,
@@ -262,8 +233,60 @@ def verify_adapter(
         tuple(problems),
         unlisted,
         tuple(notes),
+        complete=complete,
         resumed_after=resumed,
     )
+
+
+def _check_all(
+    name: str,
+    todo: list[Entry],
+    check: EntryChecker,
+    prog: _Progress,
+    problems: list[Problem],
+    progress_path: Path,
+    meter: Progress,
+    limit: int | None,
+) -> bool:
+    """Check `todo` in order, saving progress every `SAVE_EVERY` entries; False: stopped
+    at `limit` (progress saved), to be resumed after `prog.cursor`."""
+    for done, entry in enumerate(todo):
+        if limit is not None and done >= limit:
+            prog.problems = [[p.path, p.what] for p in problems]
+            prog.save(progress_path)
+            return False
+        found, read = check.entry(entry, sampled(entry.path, prog.seq, prog.sample))
+        problems.extend(Problem(name, entry.path, w) for w in found)
+        prog.checked += 1
+        prog.hashed += read is not None
+        prog.bytes_read += read or 0
+        prog.cursor = entry.path
+        meter.advance(1, read or 0)
+        if (done + 1) % SAVE_EVERY == 0:
+            prog.problems = [[p.path, p.what] for p in problems]
+            prog.save(progress_path)
+    return True
+
+
+def _checker(
+    name: str, store: Store, state_dir: Path, notes: list[str], last_seq: int
+) -> EntryChecker:
+    """The entry checker for one adapter; it asks whether an interrupted checkpoint may
+    have left newer copies from the adapter's staging marker and index."""
+    marker, index_file = staging_marker(state_dir, name), index_path(state_dir, name)
+    return EntryChecker(store, state_dir, notes, Unrecorded(marker, index_file, last_seq))
+
+
+def _manifest_problems(
+    name: str, store: Store, index: Index | None, state: manifest.ManifestState
+) -> list[Problem]:
+    """What the manifest itself lost, entries nothing can restore, and a durable side
+    behind this machine's index: checked once per run, not again when resuming."""
+    return [
+        *(Problem(name, MANIFEST_DIR, p) for p in state.problems),
+        *(Problem(name, e.path, e.problem or "") for e in state.invalid.values()),
+        *_behind(name, store, index, state.last_seq),
+    ]
 
 
 def _behind(name: str, store: Store, index: Index | None, last_seq: int) -> list[Problem]:
