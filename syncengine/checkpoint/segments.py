@@ -162,13 +162,7 @@ def _publish(
     local = local_state(old)
     covered = sum(lens)
     h = xxhash.xxh3_64()
-    why = (
-        "new chain"
-        if not lens or not chain or rec is None
-        else _chain_break(fd, st, src, local, covered, rec.hash64, h)
-    )
-    if not why and (len(lens) >= MAX_SEGMENTS or (compact and len(lens) > 1)):
-        why = "compact"
+    why = _new_chain_why(fd, st, src, rec, lens, chain, local, compact, h)
     start = 0 if why else covered
     cut = st.st_size if final else _last_newline_end(fd, start, st.st_size)
     recorded = int(local.get("recorded", len(lens)))
@@ -183,38 +177,13 @@ def _publish(
     elif cut == covered:  # nothing new (a partial line may be waiting)
         extra = {**old, LOCAL: {**local, "ino": st.st_ino}}
         return Logged(
-            False,
-            covered,
-            rec.hash64 if rec else 0,
-            st.st_mode,
-            st.st_mtime_ns,
-            _sig(st),
-            raced=False,
-            extra=extra,
+            False, covered, rec.hash64 if rec else 0, *_attrs(st), raced=False, extra=extra
         )
-    # The name carries the object's hash, and a mount without rename writes the object
-    # under its final name: hash the new bytes first, then copy them and compare.
-    own = xxhash.xxh3_64()
-    os.lseek(fd, start, os.SEEK_SET)
-    n, digest = stream(fd, cut - start, own.update, src_name=src, hasher=h)
-    if n != cut - start:
-        raise Waiting("shrank while reading")
-    name = object_name(relpath, chain, len(lens), start, cut, own.intdigest(), st.st_mtime_ns)
-    os.lseek(fd, start, os.SEEK_SET)
-    with store.writer(name, mode=st.st_mode, mtime_ns=st.st_mtime_ns, unique=True) as out:
-        n, again = stream(fd, cut - start, out.write, src_name=src, dst_name=store.where(name))
-        if n != cut - start or again != own.intdigest():
-            raise Waiting("changed while reading")
-        if (
-            not why
-            and rec is not None
-            and not unwritten(st, os.fstat(fd), recent_ns)
-            and hash_file(fd, covered, name=src) != rec.hash64
-        ):
-            raise Changed(
-                relpath,
-                "its published beginning was rewritten in place while the new segment was copied",
-            )
+    prefix = (covered, rec.hash64) if not why and rec is not None else None
+    span = (start, cut)
+    digest = _write_segment(
+        store, fd, st, src, relpath, chain, len(lens), span, h, prefix, recent_ns
+    )
     after = os.fstat(fd)
     lens.append(cut - start)
     extra = {
@@ -227,14 +196,84 @@ def _publish(
         True,
         cut,
         digest,
-        st.st_mode,
-        st.st_mtime_ns,
-        _sig(st),
+        *_attrs(st),
         raced=_sig(after) != _sig(st) or after.st_ino != st.st_ino,
         extra=extra,
         written=cut - start,
         why=why or "append",
     )
+
+
+def _attrs(st: os.stat_result) -> tuple[int, int, tuple[int, int, int]]:
+    """A `Logged`'s mode, mtime_ns and stat signature, from the live file's stat."""
+    return st.st_mode, st.st_mtime_ns, _sig(st)
+
+
+def _new_chain_why(
+    fd: int,
+    st: os.stat_result,
+    src: str,
+    rec: Any,
+    lens: list[int],
+    chain: str,
+    local: dict[str, Any],
+    compact: bool,
+    h: xxhash.xxh3_64,
+) -> str:
+    """Why this pass starts a new chain ("": it appends to the current one, and `h` then
+    holds the published prefix's hash)."""
+    if not lens or not chain or rec is None:
+        return "new chain"
+    why = _chain_break(fd, st, src, local, sum(lens), rec.hash64, h)
+    if not why and (len(lens) >= MAX_SEGMENTS or (compact and len(lens) > 1)):
+        return "compact"
+    return why
+
+
+def _write_segment(
+    store: Store,
+    fd: int,
+    st: os.stat_result,
+    src: str,
+    relpath: str,
+    chain: str,
+    seq: int,
+    span: tuple[int, int],
+    h: xxhash.xxh3_64,
+    prefix: tuple[int, int] | None,
+    recent_ns: int | None,
+) -> int:
+    """Publish the log's bytes [start, end) (`span`) as object `seq` of `chain`; returns
+    the xxh3 of the log up to its end (`h` holds the hash of the bytes before it).
+
+    `prefix` (the published length and its hash; None for a new chain): the published
+    beginning is hashed again after the copy unless the file's stat proves that nothing
+    was written meanwhile.
+    """
+    start, cut = span
+    # The name carries the object's hash, and a mount without rename writes the object
+    # under its final name: hash the new bytes first, then copy them and compare.
+    own = xxhash.xxh3_64()
+    os.lseek(fd, start, os.SEEK_SET)
+    n, digest = stream(fd, cut - start, own.update, src_name=src, hasher=h)
+    if n != cut - start:
+        raise Waiting("shrank while reading")
+    name = object_name(relpath, chain, seq, start, cut, own.intdigest(), st.st_mtime_ns)
+    os.lseek(fd, start, os.SEEK_SET)
+    with store.writer(name, mode=st.st_mode, mtime_ns=st.st_mtime_ns, unique=True) as out:
+        n, again = stream(fd, cut - start, out.write, src_name=src, dst_name=store.where(name))
+        if n != cut - start or again != own.intdigest():
+            raise Waiting("changed while reading")
+        if (
+            prefix is not None
+            and not unwritten(st, os.fstat(fd), recent_ns)
+            and hash_file(fd, prefix[0], name=src) != prefix[1]
+        ):
+            raise Changed(
+                relpath,
+                "its published beginning was rewritten in place while the new segment was copied",
+            )
+    return digest
 
 
 def _chain_break(
