@@ -57,7 +57,7 @@ from syncengine.durable.chain import LOCAL, PLAIN, SEG_DIR, chain_dir, object_na
 from syncengine.durable.store import Store
 from syncengine.errors import SourceError
 from syncengine.local.chainstate import local_state, plain_current
-from syncengine.local.index import Index
+from syncengine.local.index import Index, Record
 
 log = logging.getLogger("syncengine")
 MAX_SEGMENTS = 256  # objects in a chain before it is compacted into a new base
@@ -213,7 +213,7 @@ def _new_chain_why(
     fd: int,
     st: os.stat_result,
     src: str,
-    rec: Any,
+    rec: Record | None,
     lens: list[int],
     chain: str,
     local: dict[str, Any],
