@@ -28,7 +28,7 @@ cfg = load_config(sys.argv[1])
 eng = Engine(cfg)
 marks.append(("config", time.perf_counter()))
 spec = cfg.adapters[0]
-state = eng.passes.state(spec)
+state = eng.passes.adapters.state(spec)
 marks.append(("index load", time.perf_counter()))
 [job] = eng.passes.scan_jobs([state], time.time_ns())  # as Engine.checkpoint builds it
 marks.append(("table load" if job.table else "no table", time.perf_counter()))

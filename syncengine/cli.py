@@ -126,7 +126,10 @@ def _fmt_time(ns: Any) -> str:
 _UNSET = {"write_back": "auto (the probe decides)"}  # what a key left unset means
 
 
-def _print_status(status: dict[str, Any]) -> None:
+def _print_status(status: dict[str, Any], *, as_json: bool = False) -> None:
+    if as_json:
+        print(json.dumps(status, indent=2))
+        return
     print("configuration:")
     width = max(map(len, status["config"]), default=0)
     for key, (value, source) in status["config"].items():
@@ -167,48 +170,52 @@ def _print_status(status: dict[str, Any]) -> None:
             + (", FINAL CHECKPOINT INCOMPLETE" if daemon.get("final_ok") is False else "")
         )
     print("adapters:")
+    running = bool(daemon and daemon.get("running"))
     for a in status["adapters"]:
+        _print_adapter_status(a, running)
+
+
+def _print_adapter_status(a: dict[str, Any], running: bool) -> None:
+    """One adapter's lines of `syncengine status` (`running`: the daemon is)."""
+    print(
+        f"  {a['name']}: {a['live']} ({a['live_source']}) -> {a['durable']} ({a['durable_source']})"
+    )
+    if a.get("warning"):
+        print(f"    WARNING: {a['warning']}")
+    if not a["live_exists"] and not a["indexed_files"] and not a.get("total_files"):
+        print("    live tree does not exist yet (nothing to checkpoint)")
+        return
+    if not a["live_exists"]:
+        print("    live tree does not exist (it had files: restore brings them back)")
+    print(
+        f"    last checkpoint: {_fmt_time(a.get('last_checkpoint_ns'))}; "
+        f"last pass published {a.get('last_files', 0)} file(s), "
+        f"{a.get('last_bytes', 0)} bytes; total {a.get('total_files', 0)} file(s), "
+        f"{a.get('total_bytes', 0)} bytes; {a['indexed_files']} indexed"
+    )
+    if a.get("unconfirmed"):
         print(
-            f"  {a['name']}: {a['live']} ({a['live_source']}) -> {a['durable']} "
-            f"({a['durable_source']})"
+            f"    {a['unconfirmed']} path(s) published through the write-back mount and "
+            "not confirmed in the bucket (checked again at the next start)"
         )
-        if a.get("warning"):
-            print(f"    WARNING: {a['warning']}")
-        if not a["live_exists"] and not a["indexed_files"] and not a.get("total_files"):
-            print("    live tree does not exist yet (nothing to checkpoint)")
-            continue
-        if not a["live_exists"]:
-            print("    live tree does not exist (it had files: restore brings them back)")
+    for db in a.get("databases", []):
         print(
-            f"    last checkpoint: {_fmt_time(a.get('last_checkpoint_ns'))}; "
-            f"last pass published {a.get('last_files', 0)} file(s), "
-            f"{a.get('last_bytes', 0)} bytes; total {a.get('total_files', 0)} file(s), "
-            f"{a.get('total_bytes', 0)} bytes; {a['indexed_files']} indexed"
+            f"    database {db['path']}: last snapshot {_fmt_time(db.get('snapshot_ns'))}, "
+            f"{db.get('size', 0)} bytes"
         )
-        if a.get("unconfirmed"):
-            print(
-                f"    {a['unconfirmed']} path(s) published through the write-back mount and "
-                "not confirmed in the bucket (checked again at the next start)"
+    if a.get("loss_window_s") is not None:
+        pending = a.get("pending")
+        print(
+            f"    loss window: {a.get('loss_window_s')}s since the last checkpoint"
+            + (
+                ""
+                if not running
+                else "; pending: "
+                + ("full walk due" if pending is None else f"{pending} changed path(s)")
             )
-        for db in a.get("databases", []):
-            print(
-                f"    database {db['path']}: last snapshot {_fmt_time(db.get('snapshot_ns'))}, "
-                f"{db.get('size', 0)} bytes"
-            )
-        running = bool(daemon and daemon.get("running"))
-        if a.get("loss_window_s") is not None:
-            pending = a.get("pending")
-            print(
-                f"    loss window: {a.get('loss_window_s')}s since the last checkpoint"
-                + (
-                    ""
-                    if not running
-                    else "; pending: "
-                    + ("full walk due" if pending is None else f"{pending} changed path(s)")
-                )
-            )
-        if a.get("last_error"):
-            print(f"    last error: {a['last_error']}")
+        )
+    if a.get("last_error"):
+        print(f"    last error: {a['last_error']}")
 
 
 def _export(engine: Engine, path: str, adapter: str | None, output: str | None) -> int:
@@ -261,10 +268,9 @@ def _run(engine: Engine, args: argparse.Namespace) -> int:
     return Supervisor(runner, cmd, grace=args.grace, stop_timeout=args.stop_timeout).run()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    _setup_logging(args.verbose, args.quiet, args.log_json)
-    overrides = {
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The command-line values that override the config file and the environment."""
+    return {
         "local_root": args.local_root,
         "durable_root": args.durable_root,
         "state_dir": args.state_dir,
@@ -273,20 +279,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             key: dict([*(getattr(args, key) or ()), *(getattr(args, f"{key}_after", None) or ())])
             for key in ("live", "durable")
         },
-        "interval": getattr(args, "interval", None),
-    }  # run --interval
+        "interval": getattr(args, "interval", None),  # run --interval
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose, args.quiet, args.log_json)
     engine = None
     try:
-        engine = Engine.from_file(args.config, overrides=overrides)
+        engine = Engine.from_file(args.config, overrides=_overrides(args))
         bar = _progress_bar(args, sys.stderr)
         if bar is not None:
             engine.progress = attrs.evolve(engine.progress, bar=bar)
         if args.command == "status":
-            status = engine.status()
-            if args.json:
-                print(json.dumps(status, indent=2))
-            else:
-                _print_status(status)
+            _print_status(engine.status(), as_json=args.json)
             return 0
         if args.command == "export":
             return _export(engine, args.path, args.adapter, args.output)

@@ -55,6 +55,12 @@ def _global_options(group: argparse._ActionsContainer, *, after: bool = False) -
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if after else value
 
+    _root_options(group, default)
+    _tree_options(group, default, after=after)
+    _log_options(group, default)
+
+
+def _root_options(group: argparse._ActionsContainer, default: Callable[[Any], Any]) -> None:
     group.add_argument(
         "--config",
         metavar="PATH",
@@ -86,6 +92,11 @@ def _global_options(group: argparse._ActionsContainer, *, after: bool = False) -
         default=default(None),
         help="parallel file copies, 1 to 256 (default 8)",
     )
+
+
+def _tree_options(
+    group: argparse._ActionsContainer, default: Callable[[Any], Any], *, after: bool
+) -> None:
     # repeatable: given after the command too, they add to (not replace) those before it
     group.add_argument(
         "--live",
@@ -107,6 +118,9 @@ def _global_options(group: argparse._ActionsContainer, *, after: bool = False) -
         help="an adapter's durable tree (repeatable; default: its variable, "
         "e.g. $CODEX_DURABLE, else under --durable-root)",
     )
+
+
+def _log_options(group: argparse._ActionsContainer, default: Callable[[Any], Any]) -> None:
     group.add_argument(
         "-v",
         "--verbose",
@@ -232,6 +246,11 @@ def _pass_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 def _durable_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """export, verify, gc, migrate and journal: reading and maintaining the durable side."""
+    _export_and_verify(sub)
+    _maintenance_commands(sub)
+
+
+def _export_and_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     e = _command(
         sub,
         "export",
@@ -271,6 +290,8 @@ def _durable_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     v.add_argument("--json", action="store_true", help="machine-readable output")
 
+
+def _maintenance_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g = _command(
         sub,
         "gc",

@@ -31,11 +31,9 @@ import attrs
 from syncengine.adapterspec import (
     AdapterSpec,
     MigrateStep,
-    adapter_name,
-    adapter_spec,
     check_overlaps,
-    place,
 )
+from syncengine.configlayers import Layers, adapter_specs
 from syncengine.confignumbers import check_number
 from syncengine.durable.s3 import location as s3_location
 from syncengine.durable.s3.location import S3Location
@@ -201,12 +199,8 @@ def config_from_dict(
     current directory).
     """
     env = os.environ if env is None else env
-    unknown = sorted(set(raw) - TOP_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{origin}: unknown key {unknown[0]!r}: valid keys are {', '.join(sorted(TOP_KEYS))}"
-        )
-    layers = _Layers(
+    _refuse_unknown_keys(raw, origin)
+    layers = Layers(
         env, raw, overrides or {}, origin, Path(base_dir) if base_dir is not None else None
     )
     local_root = layers.path("local_root", env_key="AM_LOCAL", fix="set AM_LOCAL or local_root")
@@ -221,13 +215,8 @@ def config_from_dict(
     busy = layers.number("sqlite_busy_timeout", default=DEFAULT_SQLITE_BUSY_TIMEOUT)
     plain_after = layers.number("plain_after", default=DEFAULT_PLAIN_AFTER)
     home = layers.path("home", env_key="HOME") if layers.has("home", "HOME") else None
-    require_mount = layers.get("require_mount", None, False)
-    if not isinstance(require_mount, bool):
-        raise ConfigError(
-            f"{layers.sources['require_mount']}: require_mount must be true or "
-            f"false, not {require_mount!r}"
-        )
-    specs = _adapter_specs(layers, local_root, durable_root)
+    require_mount = _require_mount(layers)
+    specs = adapter_specs(layers, builtin_adapters(), local_root, durable_root)
     check_overlaps(specs, state_dir)
     gc = _gc_config(raw.get("gc", {}), origin)
     write_back, rclone_rc = _write_back(layers)
@@ -254,7 +243,25 @@ def config_from_dict(
     )
 
 
-def _durable_root(layers: _Layers, env: Mapping[str, str]) -> tuple[Path, S3Location | None]:
+def _refuse_unknown_keys(raw: Mapping[str, Any], origin: str) -> None:
+    unknown = sorted(set(raw) - TOP_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{origin}: unknown key {unknown[0]!r}: valid keys are {', '.join(sorted(TOP_KEYS))}"
+        )
+
+
+def _require_mount(layers: Layers) -> bool:
+    require_mount = layers.get("require_mount", None, False)
+    if not isinstance(require_mount, bool):
+        raise ConfigError(
+            f"{layers.sources['require_mount']}: require_mount must be true or "
+            f"false, not {require_mount!r}"
+        )
+    return require_mount
+
+
+def _durable_root(layers: Layers, env: Mapping[str, str]) -> tuple[Path, S3Location | None]:
     """A directory, or a bucket: ``s3://BUCKET/PREFIX`` with the AWS variables and files
     (durable paths are then names under `s3_location.virtual_root`, mapped to keys)."""
     value = layers.get("durable_root", "DATA_DIR", "/data")
@@ -267,7 +274,7 @@ def _durable_root(layers: _Layers, env: Mapping[str, str]) -> tuple[Path, S3Loca
     return s3_location.virtual_root(s3), s3
 
 
-def _write_back(layers: _Layers) -> tuple[bool | None, str | None]:
+def _write_back(layers: Layers) -> tuple[bool | None, str | None]:
     """`write_back` (true, false or "auto") and `rclone_rc` (host:port, no login)."""
     declared = layers.get("write_back", None, "auto")
     if declared not in (True, False, "auto"):
@@ -301,157 +308,6 @@ def _gc_config(table: Any, origin: str) -> GcConfig:
         key: check_number(f"{origin}: [gc]", key, value) for key, value in table.items()
     }
     return GcConfig(**values)
-
-
-@attrs.define
-class _Layers:
-    """Looks a key up in overrides, then the config file, then the environment."""
-
-    env: Mapping[str, str]
-    raw: Mapping[str, Any]
-    overrides: Mapping[str, Any]
-    origin: str
-    base_dir: Path | None = None  # relative paths in the config file are relative to this
-    sources: dict[str, str] = attrs.field(factory=dict)
-    layer: dict[str, str] = attrs.field(factory=dict)  # key -> flag, config, env or default
-
-    def get(self, key: str, env_key: str | None, default: Any) -> Any:
-        if self.overrides.get(key) is not None:
-            self.sources[key] = f"flag --{key.replace('_', '-')}"
-            self.layer[key] = "flag"
-            return self.overrides[key]
-        if key in self.raw:
-            self.sources[key] = self.origin
-            self.layer[key] = "config"
-            return self.raw[key]
-        if env_key and self.env.get(env_key):
-            self.sources[key] = f"env ${env_key}"
-            self.layer[key] = "env"
-            return self.env[env_key]
-        self.sources[key] = "default"
-        self.layer[key] = "default"
-        return default
-
-    def has(self, key: str, env_key: str) -> bool:
-        """Whether any layer sets `key` (recording "not set" as its source otherwise)."""
-        if self.overrides.get(key) is not None or key in self.raw or self.env.get(env_key):
-            return True
-        self.sources[key] = f"not set (${env_key})"
-        return False
-
-    def table(self, key: str) -> dict[str, Any]:
-        """A config-file table of adapter name -> value (``[live]``, ``[durable]``)."""
-        value = self.raw.get(key, {})
-        if not isinstance(value, dict):
-            raise ConfigError(
-                f"{self.origin}: {key} must be a table of adapter name = path ([{key}])"
-            )
-        return value
-
-    def path(
-        self, key: str, *, env_key: str | None = None, default: str | None = None, fix: str = ""
-    ) -> Path:
-        value = self.get(key, env_key, default)
-        where = self.sources[key]
-        if value is None:
-            raise ConfigError(f"{key} is not set: {fix} (in the file given by --config)")
-        if isinstance(value, os.PathLike):
-            value = os.fspath(value)
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{where}: {key} must be a non-empty path string, not {value!r}")
-        if "\x00" in value:
-            raise ConfigError(f"{where}: {key} contains a NUL character: {value!r}")
-        value = os.path.expanduser(value)
-        if self.layer[key] == "config" and self.base_dir is not None:
-            value = os.path.join(self.base_dir, value)  # an absolute value stays as it is
-        return Path(os.path.abspath(value))
-
-    def number(self, key: str, *, env_key: str | None = None, default: float) -> float:
-        value = self.get(key, env_key, default)
-        if self.layer[key] == "env":  # the only layer that holds text
-            try:
-                value = float(value.strip())
-            except ValueError:
-                raise ConfigError(
-                    f"{self.sources[key]}: {key} must be a number of seconds, not {value!r}"
-                ) from None
-        return check_number(self.sources[key], key, value)
-
-
-def _adapter_specs(
-    layers: _Layers, local_root: Path, durable_root: Path
-) -> tuple[AdapterSpec, ...]:
-    builtins = builtin_adapters()
-    enabled = layers.get("adapters", None, None)
-    if enabled is None:
-        enabled = list(builtins)
-        layers.sources["adapters"] = "default (all built-in)"
-    if not isinstance(enabled, list) or not all(isinstance(n, str) for n in enabled):
-        raise ConfigError(f"{layers.sources['adapters']}: adapters must be a list of names")
-    tables: list[dict[str, Any]] = []
-    for name in enabled:
-        if name not in builtins:
-            raise ConfigError(
-                f"{layers.sources['adapters']}: adapters: no built-in adapter {name!r}; "
-                f"built-in adapters are {', '.join(builtins)} (define others with [[adapter]])"
-            )
-        tables.append(builtins[name])
-    extra = layers.raw.get("adapter", [])
-    if not isinstance(extra, list) or not all(isinstance(t, dict) for t in extra):
-        raise ConfigError(f"{layers.origin}: adapter must be an array of tables ([[adapter]])")
-    tables.extend({**t, "__origin__": layers.origin, "__builtin__": False} for t in extra)
-    if not tables:
-        raise ConfigError(
-            f"{layers.sources['adapters']}: no adapter is enabled: name built-in "
-            f"ones in adapters ({', '.join(builtins)}) or define one with "
-            "[[adapter]]"
-        )
-    specs: list[AdapterSpec] = []
-    seen: set[str] = set()
-    placed = {
-        key: (layers.table(key), dict(layers.overrides.get(key) or {}))
-        for key in ("live", "durable")
-    }
-    for table in tables:
-        name = adapter_name(table)
-        if name in seen:
-            raise ConfigError(
-                f"{table.get('__origin__')}: adapter name {name!r} is used twice: rename one "
-                "or remove it from `adapters`"
-            )
-        seen.add(name)
-        paths: dict[str, Path | None] = {}
-        for key in ("live", "durable"):
-            from_file, from_flag = placed[key]
-            found = place(
-                table,
-                key,
-                env=layers.env,
-                from_file=from_file,
-                file_origin=layers.origin,
-                file_dir=layers.base_dir,
-                from_flag=from_flag,
-            )
-            paths[key] = found.path if found else None
-            layers.sources[f"{key}.{name}"] = (
-                found.source
-                if found
-                else ("default" if table.get("__builtin__") else str(table.get("__origin__")))
-            )
-        specs.append(
-            adapter_spec(
-                table, local_root, durable_root, live=paths["live"], durable=paths["durable"]
-            )
-        )
-    for key, (from_file, from_flag) in placed.items():
-        for name in [*from_file, *from_flag]:
-            if name not in seen:
-                where = f"flag --{key}" if name in from_flag else f"{layers.origin}: [{key}]"
-                raise ConfigError(
-                    f"{where}: no enabled adapter {name!r}: enabled adapters "
-                    f"are {', '.join(sorted(seen))}"
-                )
-    return tuple(specs)
 
 
 __all__ = [

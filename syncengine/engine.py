@@ -2,9 +2,10 @@
 
 Owns one run's frame: take the state lock, hand the pass to `passes` (load
 each adapter's index, walk all live trees at once, plan and execute per
-adapter), write the status files and return a frozen `Report`; and the
-durable root as the engine knows it (its health check, the probe of what the
-mount supports, the stores built on it).  Configuration arrives as a `Config`
+adapter), write the status files and return a frozen `Report`.  The durable
+root as the engine knows it (its health check, the probe of what the mount
+supports, the stores built on it) is `engine.durable`, a
+`syncengine.durableroot.DurableRoot`.  Configuration arrives as a `Config`
 (from `syncengine.config`); this module never reads the environment.
 
 Imports: what `syncengine status` and `journal record` need is imported at the
@@ -16,7 +17,6 @@ command does not pay for loading them (measured: `python -X importtime`).
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import time
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
-from syncengine.durable.posix import probe, writeback
 from syncengine.durable.posix import store as posix_store
 from syncengine.durable.posix.store import PosixStore
-from syncengine.durable.store import Store, Target
+from syncengine.durable.store import Store
+from syncengine.durableroot import DurableRoot
 from syncengine.errors import (
     ConfigError,
     DurableError,
@@ -102,10 +102,7 @@ class Engine:
             if s.segments
         }
         self._passes: Passes | None = None
-        self._caps: probe.Capabilities | None = None
-        self._uploads: writeback.Uploads | None = None  # for self._caps's mount instance
-        self._jobs: int | None = None
-        self._bucket_checked = False  # s3:// durable_root: reached once (one LIST)
+        self.durable = DurableRoot(config, stores)  # its health, probe, stores, copy jobs
         self.notices = Notices()  # a path's repeated warning is said once per engine
 
     @classmethod
@@ -133,7 +130,7 @@ class Engine:
 
     def adapter_state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:
         """One adapter's live root, store and loaded index (for gc and migrate)."""
-        return self.passes.adapter_state(spec, seed=seed)
+        return self.passes.adapters.adapter_state(spec, seed=seed)
 
     def matcher(self, name: str) -> Matcher:
         """An adapter's exclusions (`exclusion_patterns`), compiled."""
@@ -212,7 +209,7 @@ class Engine:
         before (the `Runner` at start; see `syncengine.local.seed`)."""
         with StateLock(self.config.state_dir, wait=True):
             try:
-                reports = self.passes.check_durable(self.config.select(adapters))
+                reports = self.passes.adapters.check_durable(self.config.select(adapters))
             except OSError as exc:
                 raise self.os_error("check the durable side", exc) from exc
         for rep in reports:
@@ -230,7 +227,7 @@ class Engine:
         specs = self.config.select(adapters)
         with StateLock(self.config.state_dir, wait=True):
             try:
-                self.check_durable_root()  # once: a missing root stops every adapter alike
+                self.durable.check()  # once: a missing root stops every adapter alike
             except DurableError as exc:
                 reports = [AdapterReport(spec.name, fatal=str(exc)) for spec in specs]
             else:
@@ -265,61 +262,6 @@ class Engine:
             default_path=self.config.state_dir,
         )
 
-    def check_durable_root(self) -> None:
-        """Refuse a durable root that is missing, not mounted when it must be, or unhealthy."""
-        if self.config.s3 is not None:  # a bucket: one LIST per engine, no mount to check
-            from syncengine.durable.s3 import select as s3_select
-
-            if not self._bucket_checked:
-                s3_select.check_bucket(self.config)
-                self._bucket_checked = True
-            return None
-        probe.check_root(
-            self.config.durable_root,
-            require_mount=self.config.require_mount,
-            state_dir=self.config.state_dir,
-        )
-
-    def copy_jobs(self) -> int:
-        """Parallel copies: `jobs` on a FUSE or network mount, one thread on a local disk
-        (unless `jobs` was set explicitly)."""
-        if self._jobs is None:
-            explicit = self.config.sources.get("jobs", "default") != "default"
-            remote = self.config.s3 is not None or probe.is_remote(self.config.durable_root)
-            self._jobs = self.config.jobs if explicit or remote else 1
-        return self._jobs
-
-    def prepare_store(self, store: Store) -> None:
-        """Make `store` publish the way the mount supports (probed once per instance)."""
-        caps = self._durable_ready()
-        store.configure(
-            Target(
-                rename_supported=caps.rename_supported,
-                attrs_after_close=caps.attrs_after_close,
-                keeps_mtime=caps.set_mtime or caps.attrs_on_handle,
-                uploads=self._uploads,
-            )
-        )
-
-    def _durable_ready(self) -> probe.Capabilities:
-        """Health-check the durable root and learn what it supports (once per mount
-        instance: a remounted client is probed again; a bucket: checked once, no probe)."""
-        if self.config.s3 is not None:  # no health check: a failed PUT says what a LIST would
-            self._caps = self._caps or probe.Capabilities()
-            return self._caps
-        self.check_durable_root()
-        root = self.config.durable_root
-        if self._caps is None or self._caps.instance != probe.instance(root):
-            self._caps = probe.capabilities(root, self.config.state_dir)
-            self._uploads = writeback.uploads(self._caps, self.config)
-            log.info(
-                "probe.durable root=%s %s",
-                root,
-                self._caps.describe(),
-                extra={"event": "probe.durable"},
-            )
-        return self._caps
-
     def export(self, path: str, out: BinaryIO, *, adapter: str | None = None) -> int:
         """Write the durable copy of one live path (a log rebuilt from its segments) to `out`
         (see `syncengine.ops.export`); returns the bytes written."""
@@ -339,8 +281,7 @@ class Engine:
         """Check the durable side against the manifest (see `syncengine.ops.verify`)."""
         from syncengine.ops import verify as verify_
 
-        """Check the durable side against the manifest (see `syncengine.ops.verify`)."""
-        self.check_durable_root()
+        self.durable.check()
         stores = {s.name: self.stores(s.durable) for s in self.config.select(adapters)}
         return verify_.verify(
             stores,
@@ -357,7 +298,7 @@ class Engine:
         from syncengine.ops import gc as gc_
 
         self.check_local_root()
-        self.check_durable_root()
+        self.durable.check()
         return gc_.run(
             self.config.select(adapters),
             self.adapter_state,
@@ -371,14 +312,15 @@ class Engine:
         """Move a deployment from the old rsync layout (see `syncengine.ops.migrate`)."""
         from syncengine.ops import migrate as migrate_
 
-        """Move a deployment from the old rsync layout (see `syncengine.ops.migrate`)."""
         if self.config.s3 is not None:
             raise ConfigError(
                 "migrate renames in the durable tree: run it with durable_root "
                 "on a directory or mount of the bucket, not s3://"
             )
-        self.check_durable_root()
-        ctx = migrate_.Setup(self.config, self.clock, self._lazy_store, posix_store.rename_new)
+        self.durable.check()
+        ctx = migrate_.Setup(
+            self.config, self.clock, self.durable.lazy_store, posix_store.rename_new
+        )
         return migrate_.run(ctx, dry_run=dry_run)
 
     def journal(self) -> Journal:
@@ -386,20 +328,7 @@ class Engine:
         from syncengine.ops.journal import Journal
 
         root = self.config.journal_dir or self.config.durable_root / "journal"
-        return Journal(self.writable_store(root), self.config.state_dir, clock=self.clock)
-
-    def writable_store(self, root: Path) -> Store:
-        """A Store under the durable root that publishes the way the mount supports
-        (probed once per Engine; a mount without rename gets unique objects)."""
-        store = self.stores(root)
-        self.prepare_store(store)
-        return store
-
-    def _lazy_store(self, root: Path) -> Store:
-        """`writable_store`, probed just before its first write (reads need no probe)."""
-        store = self.stores(root)
-        store.before_first_write(functools.partial(self.prepare_store, store))
-        return store
+        return Journal(self.durable.writable_store(root), self.config.state_dir, clock=self.clock)
 
     # -- status ----------------------------------------------------------
     def _write_status(self, report: Report) -> None:

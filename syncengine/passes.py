@@ -1,13 +1,14 @@
 """A checkpoint or restore pass across an engine's adapters: walk, plan, execute.
 
-Owns the sequence of one pass once the state lock is held: load each
-adapter's index (and rebuild it from the manifest when it is new), check it
-against the durable side at a start, walk every live tree at once, plan and
-execute per adapter, and keep the directory table in step.  It is the heavy
+Owns the sequence of one pass once the state lock is held: get each
+adapter's state (its index loaded, rebuilt from the manifest when it is new,
+and checked against the durable side at a start: `adapterstates`), walk
+every live tree at once, plan and execute per adapter, and keep the
+directory table in step.  It is the heavy
 half of `Engine`: `engine.py` imports this module on first use (`Engine.passes`),
 so `syncengine status` and `journal record` load none of the walk, the planner
 or the executors.  The engine keeps the lock, the status files and the durable
-root's health check and probe; this module asks it for those and nothing else.
+root (`engine.durable`); this module asks it for those and nothing else.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from syncengine.adapterstates import AdapterStates
 from syncengine.checkpoint import execute as checkpoint
-from syncengine.checkpoint import record, segments, sqlite
+from syncengine.checkpoint import record, sqlite
 from syncengine.config import AdapterSpec
-from syncengine.durable.posix import probe
 from syncengine.errors import DurableError, NameTaken, local_error
+from syncengine.local import chainstate
 from syncengine.local import seed as seeding
-from syncengine.local import status
-from syncengine.local.index import Index, file_signature, settled
+from syncengine.local.index import Index, settled
 from syncengine.model import AdapterState
 from syncengine.plan import PUBLISHING, CheckpointAction, PlainCopy, RecordDir, RecordLink
 from syncengine.plan import plan_checkpoint as plan_actions
@@ -48,71 +49,14 @@ Hints = Mapping[str, "set[str] | frozenset[str] | None"]
 
 
 class Passes:
-    """The pass machinery of one `Engine`, with what it remembers between passes: the
-    loaded indexes, which are not yet seeded from the manifest, which paths to look at
-    again, and which mount instance each adapter was last checked against."""
+    """The pass machinery of one `Engine`, with what it remembers between passes: its
+    adapters' states (`AdapterStates`) and which paths to look at again."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.config = engine.config
-        self._indexes: dict[str, Index] = {}
+        self.adapters = AdapterStates(engine)  # indexes, seeding, the start check
         self._recheck: dict[str, set[str]] = {}
-        self._unseeded: set[str] = set()  # fresh indexes not yet rebuilt from the manifest
-        self._restored_fresh: set[str] = set()  # indexes this engine's restore built whole
-        self._checked: dict[str, str] = {}  # adapter -> mount instance checked (seed.due)
-
-    # -- adapter state ---------------------------------------------------
-    def state(self, spec: AdapterSpec) -> AdapterState:
-        """One adapter's live root, store and index (reloaded when another process saved it)."""
-        index_path = status.index_path(self.config.state_dir, spec.name)
-        index = self._indexes.get(spec.name)
-        if index is not None and index.file_sig != file_signature(index_path):
-            # Another process (a checkpoint typed by a person) saved it since: never
-            # continue from a stale manifest sequence.
-            index = None
-        if index is None:
-            index = Index.load(index_path)
-            if index is None:
-                index = Index()
-                self._unseeded.add(spec.name)
-            self._indexes[spec.name] = index
-        state_dir = self.config.state_dir
-        options = sqlite.Options(
-            staging=state_dir / "sqlite-staging",
-            quarantine=state_dir / "sqlite-quarantine",
-            busy_timeout=self.config.sqlite_busy_timeout,
-        )
-        return AdapterState(
-            name=spec.name,
-            live=spec.live,
-            store=self.engine.stores(spec.durable),
-            index=index,
-            index_path=index_path,
-            staging_marker=checkpoint.staging_marker(state_dir, spec.name),
-            segments=self.engine.log_matcher(spec.name),
-            sqlite=options,
-            sqlite_patterns=spec.sqlite,
-            notices=self.engine.notices,
-        )
-
-    def adapter_state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:
-        """`state`, its index rebuilt from the manifest first if it is new (`seed`)."""
-        state = self.state(spec)
-        if seed and spec.name in self._unseeded:
-            self._unseeded.discard(spec.name)
-            seeding.from_manifest(state)
-        return state
-
-    def _states(
-        self, specs: Sequence[AdapterSpec], reports: list[AdapterReport]
-    ) -> list[AdapterState]:
-        states = []
-        for spec in specs:
-            try:
-                states.append(self.state(spec))
-            except DurableError as exc:
-                reports.append(AdapterReport(spec.name, fatal=str(exc)))
-        return states
 
     # -- checkpoint ------------------------------------------------------
     def scan_jobs(self, states: Sequence[AdapterState], started: int) -> list[ScanJob]:
@@ -158,79 +102,92 @@ class Passes:
     ) -> list[AdapterReport]:
         """One checkpoint pass over `specs` (the caller holds the state lock)."""
         reports: list[AdapterReport] = []
-        states = self._states(specs, reports)
+        states = self.adapters.states(specs, reports)
         if not dry_run:
-            states = self.start_checks(states, reports)
+            states = self.adapters.start_checks(states, reports)
         jobs = self.scan_jobs(states, started)
         results = self._walk(jobs, hints)
         for state, job in zip(states, jobs, strict=True):
-            t0 = time.monotonic()
-            result = results[state.name]
-            for path, reason in result.errors:
-                self.engine.notices.warn(
-                    "scan.error",
-                    state.name,
-                    path,
-                    reason,
-                    "scan.error adapter=%s path=%s error=%s",
-                    state.name,
-                    path,
-                    reason,
+            reports.extend(
+                self._adapter_pass(
+                    state, job, results[state.name], started, dry_run, final, rebuilt
                 )
-            if not result.exists:
-                reports.append(AdapterReport(state.name))
-                continue
-            # a full listing rebuilds the directory table: what it saw, before the pass
-            scanned = (
-                missing_mod.walk_coverage(state, result)
-                if job.table is None and result.walk is not None
-                else None
-            )
-            actions = self._plan(state, result, started)
-            if dry_run:
-                reports.append(AdapterReport(state.name, plan=tuple(map(str, actions))))
-                continue
-            fatal = self._ready(state, actions, final)
-            if fatal is not None:
-                reports.append(AdapterReport(state.name, fatal=fatal))
-                continue
-            try:
-                rep = checkpoint.run(
-                    state,
-                    actions,
-                    started_ns=started,
-                    jobs=self.engine.copy_jobs(),
-                    final=final,
-                    progress=self.engine.progress,
-                )
-            except NameTaken as exc:
-                if rebuilt:
-                    reports.append(AdapterReport(state.name, fatal=str(exc)))
-                    continue
-                # The durable manifest is ahead of this index (a pass killed between its
-                # manifest object and its index, an older copy of the state dir, another
-                # writer): checkpoint.run dropped the index; this adapter's pass runs
-                # again from one rebuilt from the manifest, publishing what differs.
-                log.warning(
-                    "checkpoint.manifest-behind adapter=%s: %s; rebuilding the index "
-                    "from the durable manifest",
-                    state.name,
-                    exc,
-                    extra={"event": "checkpoint.manifest-behind"},
-                )
-                self._indexes.pop(state.name, None)
-                reports.extend(
-                    self.checkpoint(
-                        [self.config.adapter(state.name)], started, dry_run, final, {}, rebuilt=True
-                    )
-                )
-                continue
-            self._after(state, job, result, scanned)
-            scan_errors = tuple(PathError(state.name, p, "scan", r) for p, r in result.errors)
-            reports.append(
-                _with(rep, errors=rep.errors + scan_errors, duration_s=time.monotonic() - t0)
             )
         return reports
+
+    def _adapter_pass(
+        self,
+        state: AdapterState,
+        job: ScanJob,
+        result: ScanResult,
+        started: int,
+        dry_run: bool,
+        final: bool,
+        rebuilt: bool,
+    ) -> list[AdapterReport]:
+        """One adapter's part of a checkpoint pass, after the walk: plan, make the durable
+        side ready, execute, keep the directory table."""
+        t0 = time.monotonic()
+        for path, reason in result.errors:
+            self.engine.notices.warn(
+                "scan.error",
+                state.name,
+                path,
+                reason,
+                "scan.error adapter=%s path=%s error=%s",
+                state.name,
+                path,
+                reason,
+            )
+        if not result.exists:
+            return [AdapterReport(state.name)]
+        # a full listing rebuilds the directory table: what it saw, before the pass
+        scanned = (
+            missing_mod.walk_coverage(state, result)
+            if job.table is None and result.walk is not None
+            else None
+        )
+        actions = self._plan(state, result, started)
+        if dry_run:
+            return [AdapterReport(state.name, plan=tuple(map(str, actions)))]
+        fatal = self._ready(state, actions, final)
+        if fatal is not None:
+            return [AdapterReport(state.name, fatal=fatal)]
+        try:
+            rep = checkpoint.run(
+                state,
+                actions,
+                started_ns=started,
+                jobs=self.engine.durable.copy_jobs(),
+                final=final,
+                progress=self.engine.progress,
+            )
+        except NameTaken as exc:
+            if rebuilt:
+                return [AdapterReport(state.name, fatal=str(exc))]
+            return self._manifest_ahead(state, exc, started, dry_run, final)
+        self._after(state, job, result, scanned)
+        scan_errors = tuple(PathError(state.name, p, "scan", r) for p, r in result.errors)
+        return [_with(rep, errors=rep.errors + scan_errors, duration_s=time.monotonic() - t0)]
+
+    def _manifest_ahead(
+        self, state: AdapterState, exc: NameTaken, started: int, dry_run: bool, final: bool
+    ) -> list[AdapterReport]:
+        """The durable manifest is ahead of this index (a pass killed between its
+        manifest object and its index, an older copy of the state dir, another
+        writer): checkpoint.run dropped the index; this adapter's pass runs again
+        from one rebuilt from the manifest, publishing what differs."""
+        log.warning(
+            "checkpoint.manifest-behind adapter=%s: %s; rebuilding the index "
+            "from the durable manifest",
+            state.name,
+            exc,
+            extra={"event": "checkpoint.manifest-behind"},
+        )
+        self.adapters.indexes.pop(state.name, None)
+        return self.checkpoint(
+            [self.config.adapter(state.name)], started, dry_run, final, {}, rebuilt=True
+        )
 
     def _plan(
         self, state: AdapterState, result: ScanResult, started: int
@@ -246,10 +203,10 @@ class Passes:
             result,
             state.index,
             missing,
-            segments.idle_chains(state.index, started) if logs else frozenset(),
+            chainstate.idle_chains(state.index, started) if logs else frozenset(),
             logs=state.segments,
             sniff=checkpoint.LiveContent(state.live) if state.sqlite is not None else None,
-            plain=segments.plain_wanted(state.index, started, quiet_ns) if logs else frozenset(),
+            plain=chainstate.plain_wanted(state.index, started, quiet_ns) if logs else frozenset(),
             plain_why=f"quiet for {self.config.plain_after:g} s",
             missing_dirs=missing_mod.missing_dirs(state, result),
             trust_hashes=not state.staging_marker.exists(),
@@ -261,15 +218,15 @@ class Passes:
         """Make the durable side ready for this plan; the fatal error if it cannot be."""
         # a final pass also records logs whose newest segments no manifest lists yet
         may_write = any(isinstance(a, (*PUBLISHING, RecordLink, RecordDir)) for a in actions) or (
-            final and bool(segments.unrecorded(state.index))
+            final and bool(chainstate.unrecorded(state.index))
         )
-        prepare = functools.partial(self.engine.prepare_store, state.store)
-        if may_write and state.name in self._unseeded:
+        prepare = functools.partial(self.engine.durable.prepare_store, state.store)
+        if may_write and state.name in self.adapters.unseeded:
             try:  # only now: an idle pass never reads the durable side
                 prepare()
             except DurableError as exc:
                 return str(exc)
-            self._unseeded.discard(state.name)
+            self.adapters.unseeded.discard(state.name)
             seeding.from_manifest(state)
         else:  # health check and probe (cached) just before the first durable write: a
             # pass that only re-checks files whose hashes still match does no mount I/O
@@ -297,22 +254,24 @@ class Passes:
         spec = self.config.adapter(rep.name)
         if rep.fatal is not None or not spec.segments:
             return rep
-        state = self.state(spec)
+        state = self.adapters.state(spec)
         actions = [
             PlainCopy(p, rec.size, "final checkpoint")
             for p in sorted(
-                segments.plain_wanted(state.index, started, self.engine.quiet_ns(), final=True)
+                chainstate.plain_wanted(state.index, started, self.engine.quiet_ns(), final=True)
             )
             if (rec := state.index.get(p)) is not None
         ]
         if dry_run or not actions:
             return _with(rep, plan=rep.plan + tuple(map(str, actions)))
-        state.store.before_first_write(functools.partial(self.engine.prepare_store, state.store))
+        state.store.before_first_write(
+            functools.partial(self.engine.durable.prepare_store, state.store)
+        )
         more = checkpoint.run(
             state,
             actions,
             started_ns=started,
-            jobs=self.engine.copy_jobs(),
+            jobs=self.engine.durable.copy_jobs(),
             final=True,
             progress=self.engine.progress,
         )
@@ -326,49 +285,14 @@ class Passes:
             manifest=more.manifest or rep.manifest,
         )
 
-    # -- the index against the durable side --------------------------------
-    def start_checks(
-        self, states: list[AdapterState], reports: list[AdapterReport], *, force: bool = False
-    ) -> list[AdapterState]:
-        """The index against the durable side, for each adapter at a start (a new mount
-        instance since its last check, or `force`): see `syncengine.local.seed`."""
-        now = probe.instance(self.config.durable_root)
-        kept, healthy = [], False
-        for state in states:
-            try:
-                forced = force and state.name not in self._restored_fresh
-                if forced or (
-                    self._checked.get(state.name) != now
-                    and seeding.due(self.config.state_dir, state.name, now)
-                ):
-                    if not healthy:  # an unmounted root must never look like an empty bucket
-                        self.engine.check_durable_root()
-                        healthy = True
-                    if state.name not in self._unseeded:
-                        seeding.check(state, now)
-                        self._indexes[state.name] = state.index
-                    seeding.remember(self.config.state_dir, state.name, now, self.engine.clock())
-                self._checked[state.name] = now
-            except DurableError as exc:
-                reports.append(AdapterReport(state.name, fatal=str(exc)))
-                continue
-            kept.append(state)
-        return kept
-
-    def check_durable(self, specs: Sequence[AdapterSpec]) -> list[AdapterReport]:
-        """`start_checks` forced for `specs`; the adapters that failed, as fatal reports."""
-        reports: list[AdapterReport] = []
-        self.start_checks(self._states(specs, reports), reports, force=True)
-        return reports
-
     # -- restore ---------------------------------------------------------
     def restore(self, spec: AdapterSpec, dry_run: bool) -> AdapterReport:
         """Fill one adapter's live tree from its durable checkpoint."""
         t0 = time.monotonic()
         try:
-            state = self.state(spec)
-            fresh = spec.name in self._unseeded
-            self._unseeded.discard(spec.name)  # restore reads the manifest itself
+            state = self.adapters.state(spec)
+            fresh = spec.name in self.adapters.unseeded
+            self.adapters.unseeded.discard(spec.name)  # restore reads the manifest itself
             if not state.store.exists():  # local databases are still checked (sqlite_restore)
                 log.info(
                     "restore.nothing adapter=%s durable=%s (no checkpoint yet)",
@@ -390,10 +314,10 @@ class Passes:
                 extra={"event": "restore.start"},
             )
             rep = restore.run(
-                state, actions, jobs=self.engine.copy_jobs(), progress=self.engine.progress
+                state, actions, jobs=self.engine.durable.copy_jobs(), progress=self.engine.progress
             )
             if fresh:  # built from what the durable side holds now: it cannot be ahead of it
-                self._remember_checked(spec.name)
+                self.adapters.remember_checked(spec.name)
         except DurableError as exc:
             return AdapterReport(spec.name, fatal=str(exc))
         # A manifest that lost information cannot prove the tree is whole: a server
@@ -403,12 +327,6 @@ class Passes:
             for p in problems
         )
         return _with(rep, errors=rep.errors + lost, duration_s=time.monotonic() - t0)
-
-    def _remember_checked(self, name: str) -> None:
-        now = probe.instance(self.config.durable_root)
-        seeding.remember(self.config.state_dir, name, now, self.engine.clock())
-        self._checked[name] = now
-        self._restored_fresh.add(name)
 
 
 def _unsettled(index: Index, changed: Sequence[Seen]) -> set[str]:

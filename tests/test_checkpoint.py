@@ -210,7 +210,7 @@ def test_vanishing_file_is_not_an_error(tree: Tree, engine: EngineFactory) -> No
     from syncengine.checkpoint import execute as cp
     from syncengine.plan import Upload
 
-    state = eng.passes.state(eng.config.adapter("codex"))
+    state = eng.passes.adapters.state(eng.config.adapter("codex"))
     (tree.local / CODEX / "a.json").unlink()  # deleted between scan and copy
     rep = cp.run(state, [Upload("a.json", 1, "new")], started_ns=time.time_ns(), jobs=1)
     assert rep.ok and rep.skipped == 1 and rep.files == 0

@@ -77,9 +77,7 @@ def test_out_of_range_arguments_exit_2(tree: Tree, cli: CliRunner, args: tuple[s
 
 
 @pytest.mark.dir_only("reads the configuration lines of status, which no store changes")
-def test_status_lines_up_the_configuration_and_names_unset_keys(
-    tree: Tree, cli: CliRunner
-) -> None:
+def test_status_lines_up_the_configuration_and_names_unset_keys(tree: Tree, cli: CliRunner) -> None:
     out = cli("status", check=0).stdout
     lines = out.split("configuration:\n", 1)[1].split("\ndurable root probe")[0].splitlines()
     columns = {len(line) - len(line[2:].split(" ", 1)[1].lstrip()) for line in lines}

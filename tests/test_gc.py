@@ -15,7 +15,7 @@ from syncengine.checkpoint.record import write_base
 from syncengine.durable import manifest
 from syncengine.durable.posix.store import Store
 from syncengine.local.index import Index
-from syncengine.ops import gc
+from syncengine.ops import gc, gcplan
 from tests.conftest import CliRunner, Tree
 from tests.helpers import files
 
@@ -102,8 +102,8 @@ def test_never_deletes_a_file_that_exists_locally(tree: Tree, clock: Clock) -> N
     eng = _engine(tree, clock)
     state = eng.adapter_state(eng.config.adapter("x"))
     facts = gc.gather(state)
-    actions = gc.plan(facts, eng.config.gc, clock.now)
-    assert [str(a).split(" (")[0] for a in actions if isinstance(a, gc.DeletePath)] == [
+    actions = gcplan.plan(facts, eng.config.gc, clock.now)
+    assert [str(a).split(" (")[0] for a in actions if isinstance(a, gcplan.DeletePath)] == [
         "delete f1.txt"
     ]
     tree.write("x/f1.txt", "reappeared between plan and delete\n")

@@ -18,9 +18,10 @@ import pytest
 
 from syncengine import Engine
 from syncengine.checkpoint import segments
-from syncengine.durable import chain, manifest
+from syncengine.durable import chain, chainread, manifest
 from syncengine.durable.manifest import load
 from syncengine.errors import SourceError
+from syncengine.local import chainstate
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, EngineFactory, Tree
 
@@ -216,7 +217,7 @@ def test_idle_compaction_then_restore(tree: Tree, engine: EngineFactory) -> None
         assert eng.checkpoint().ok
     assert len(resolved_lens(tree)) == 4
     assert engine(RAW).checkpoint().files == 0  # recently changed: not idle yet
-    later = os.stat(path).st_mtime_ns + segments.IDLE_NS + 10**9
+    later = os.stat(path).st_mtime_ns + chainstate.IDLE_NS + 10**9
     report = Engine(eng.config, stores=eng.stores, clock=lambda: later).checkpoint()
     assert report.ok and report.files == 1
     assert entry(tree).extra["lens"] == [path.stat().st_size]
@@ -424,7 +425,7 @@ def test_torn_last_unrecorded_segment_is_left_out(
         c = chain.load(durable, entry(tree))
         short_then_more = attrs.evolve(c, pieces=(*c.pieces, *c.pieces[-1:]))
         with pytest.raises(SourceError, match="corrupt"):  # not the last one: refused
-            chain.read(short_then_more, durable, None)
+            chainread.read(short_then_more, durable, None)
 
 
 def test_duplicate_seq_of_a_killed_run_resolves_to_the_newest(

@@ -182,7 +182,7 @@ def test_a_torn_or_foreign_table_is_ignored(tree: Tree, ahead: Engine, listings:
 
 def _both(eng: Engine) -> tuple[ScanResult, ScanResult, Any]:
     spec = eng.config.adapter("t")
-    state = eng.passes.state(spec)
+    state = eng.passes.adapters.state(spec)
     [job] = eng.passes.scan_jobs([state], eng.clock())
     full = scan([attrs.evolve(job, table=None)], workers=1)["t"]
     fast = scan([job], workers=2)["t"]  # forks when this process has one thread

@@ -222,7 +222,7 @@ def test_forked_restore_redoes_the_share_of_a_child_killed_mid_way() -> None:
     itself, so every action still gets exactly one outcome, in order."""
     import signal
 
-    from syncengine.restore import execute as restore
+    from syncengine.restore import parallel
 
     parent = os.getpid()
     actions = [Fetch(Entry(f"d/f{i}", size=10), "missing") for i in range(6)]
@@ -232,7 +232,7 @@ def test_forked_restore_redoes_the_share_of_a_child_killed_mid_way() -> None:
             os.kill(os.getpid(), signal.SIGKILL)  # the child dies after doing d/f3
         return action.entry, os.stat("/"), int(action.entry.path[-1])
 
-    out = list(restore._execute_forked(actions, one, 2))  # type: ignore[arg-type]
+    out = list(parallel.execute_forked(actions, one, 2))  # type: ignore[arg-type]
     assert [a.entry.path for a, _ in out] == [a.entry.path for a in actions]
     assert [r[2] for _, r in out] == list(range(6))  # type: ignore[index]
 

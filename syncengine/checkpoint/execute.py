@@ -17,40 +17,33 @@ takes the same files again; nothing already durable is lost.  An idle pass
 touches neither the durable side nor the index file.
 
 Each action says what to do (`syncengine.plan`); what the executor learns only by
-doing it (a file vanished or changed while copied, a log rewritten in place,
-a file that became a database since it was planned) is reported, never
-turned into another action of the same pass.
+doing it is reported, never turned into another action of the same pass
+(`syncengine.checkpoint.publish` publishes the items and reads their results).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 
 from syncengine.checkpoint import record, segments, sqlite, sqlite_pass
+from syncengine.checkpoint.publish import Pass, collect, publish_all
 from syncengine.checkpoint.record import GRANULARITY_NS
 from syncengine.checkpoint.record import (
     write_base as write_base,  # gc writes its base manifest with it
 )
 from syncengine.copier import (
-    Changed,
     Copied,
-    NotRegular,
-    Published,
-    SQLiteFile,
-    Vanished,
-    in_order,
     link_hash,
-    upload,
 )
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
-from syncengine.errors import DurableError, NameTaken, SourceError, local_error
-from syncengine.local import behind
+from syncengine.errors import DurableError, NameTaken, local_error
+from syncengine.local import behind, chainstate
 from syncengine.model import AdapterState
 from syncengine.plan import (
     PUBLISHING,
@@ -86,18 +79,6 @@ class LiveContent:
         return sqlite.companion_base(self.live, path)
 
 
-@attrs.define
-class _Pass:
-    """What one pass has done so far."""
-
-    done: list[record.Done] = attrs.field(factory=list)
-    errors: list[PathError] = attrs.field(factory=list)
-    unchanged: int = 0
-    skipped: int = 0
-    changed: int = 0
-    fatal: str | None = None
-
-
 def run(
     state: AdapterState,
     actions: Sequence[CheckpointAction],
@@ -113,7 +94,7 @@ def run(
     already holds the object this index would write next (the caller rebuilds
     the index from the manifest).
     """
-    p = _Pass()
+    p = Pass()
     uploads: list[Publishing] = [a for a in actions if isinstance(a, PUBLISHING)]
     # A run that was killed (or stopped by the durable side) may have renamed new versions
     # into place without recording them (the plan then trusts no recorded hash).
@@ -130,7 +111,7 @@ def run(
     name, recorded, confirmed = _write_manifest(state, done, started_ns, final, p, clean_start)
     if p.fatal is None:
         record.apply(state.index, p.done, started_ns)  # verified-equal ones too
-        segments.mark_recorded(state.index, recorded)
+        chainstate.mark_recorded(state.index, recorded)
         behind.after_pass(
             state.index,
             (record.entry_of(d) for d in done),
@@ -154,7 +135,7 @@ def run(
 
 
 def _report(
-    name: str, done: list[record.Done], p: _Pass, manifest_name: str | None
+    name: str, done: list[record.Done], p: Pass, manifest_name: str | None
 ) -> AdapterReport:
     ok = p.fatal is None
     copied = [c for c in map(record.copied_of, done) if c is not None]
@@ -183,7 +164,7 @@ def _written(c: Copied) -> int:
 def _copy_all(
     state: AdapterState,
     uploads: Sequence[Publishing],
-    p: _Pass,
+    p: Pass,
     jobs: int,
     recent: int,
     final: bool,
@@ -192,7 +173,7 @@ def _copy_all(
     """Snapshot the databases (staged before any file is read), then publish everything."""
     work = sqlite_pass.split(uploads)
     staged = sqlite_pass.stage_all(state, work.databases, jobs)  # before any file is read
-    results = _execute(state, work, staged, jobs, recent, final)
+    results = publish_all(state, work, staged, jobs, recent, final)
     meter = (
         progress.start(
             "checkpoint", state.name, len(uploads), sum(getattr(a, "size", 0) for a in uploads)
@@ -202,7 +183,7 @@ def _copy_all(
     )
     try:
         for item, result in results:
-            _collect(state, item, result, p)
+            collect(state, item, result, p)
             assert meter is not None
             meter.advance(1, getattr(item, "size", 0))
     except DurableError as exc:
@@ -220,7 +201,7 @@ def _copy_all(
             meter.finish()
 
 
-def _record_other(state: AdapterState, action: CheckpointAction, started_ns: int, p: _Pass) -> None:
+def _record_other(state: AdapterState, action: CheckpointAction, started_ns: int, p: Pass) -> None:
     """Carry out an action that copies nothing (a link, a directory, an absence, a skip)."""
     if isinstance(action, RecordLink):
         _record_link(state, action.path, p)
@@ -244,7 +225,7 @@ def _write_manifest(
     done: list[record.Done],
     started_ns: int,
     final: bool,
-    p: _Pass,
+    p: Pass,
     clean_start: bool,
 ) -> tuple[str | None, list[Entry], bool]:
     """Flush, confirm, and write the pass's manifest object (if it needs one): its name,
@@ -282,134 +263,7 @@ def _write_manifest(
         return None, [], confirmed
 
 
-_Result = Copied | Published | Exception
-_Item = Upload | AppendSegments | Compact | PlainCopy | sqlite_pass.Database
-
-
-def _execute(
-    state: AdapterState,
-    work: sqlite_pass.Sorted,
-    staged: dict[str, sqlite.Staged | Exception],
-    jobs: int,
-    recent: int,
-    final: bool,
-) -> Generator[tuple[_Item, _Result], None, None]:
-    """Publish the staged snapshots and carry out each planned copy (in parallel up to
-    `jobs`), results in order: the snapshots first."""
-    sniff = state.sqlite is not None
-
-    def one(item: _Item) -> _Result:
-        if isinstance(item, sqlite_pass.Database):
-            return sqlite_pass.publish(state, item, staged[item.path], recent)
-        try:
-            if isinstance(item, AppendSegments | Compact | PlainCopy):
-                return segments.publish(
-                    state.store,
-                    os.fspath(state.live),
-                    item.path,
-                    state.index,
-                    final=final,
-                    compact=isinstance(item, Compact),
-                    recent_ns=recent,
-                    plain=not isinstance(item, AppendSegments) or bool(item.plain),
-                )
-            rec = state.index.get(item.path) if item.hash_first else None
-            known = rec if rec is not None and rec.kind == "file" else None
-            return upload(
-                state.store,
-                os.fspath(state.live),
-                item.path,
-                known_hash=known.hash64 if known else None,
-                known_size=known.size if known else None,
-                sniff_sqlite=sniff,
-                recent_ns=recent,
-            )
-        except SQLiteFile:  # it became a database since it was planned: never copy it raw
-            log.info(
-                "checkpoint.plan-changed adapter=%s path=%s: now a SQLite database",
-                state.name,
-                item.path,
-                extra={"event": "checkpoint.plan-changed"},
-            )
-            return sqlite_pass.found_late(state, item.path, recent, final)
-        except (SourceError, Vanished, NotRegular, Changed, segments.Waiting) as exc:
-            return exc
-
-    items: list[_Item] = [*work.databases, *work.files]
-    return in_order(items, one, jobs=jobs, name="syncengine-copy")
-
-
-def _collect(state: AdapterState, item: _Item, result: _Result, p: _Pass) -> None:
-    """Turn one copy's result into an outcome, a count, or an error."""
-    path = item.path
-    if isinstance(result, (Published, Copied)):
-        state.notices.settled("copy.failed", state.name, path)
-    if isinstance(result, Published):
-        p.done.append(record.SnapshotDone(result.entry.path, result))
-        p.unchanged += not result.copied.published
-    elif isinstance(result, Copied):
-        p.done.append(
-            record.LogDone(path, result)
-            if isinstance(result, segments.Logged)
-            else record.FileDone(path, result)
-        )
-        p.unchanged += not result.published
-        if result.published:
-            log.debug(
-                "copy.published adapter=%s path=%s bytes=%d",
-                state.name,
-                path,
-                result.size,
-                extra={"event": "copy.published"},
-            )
-    elif isinstance(result, Vanished):
-        p.skipped += 1
-        log.info(
-            "copy.vanished adapter=%s path=%s", state.name, path, extra={"event": "copy.vanished"}
-        )
-    elif isinstance(result, Changed):
-        p.changed += 1
-        log.info(
-            "copy.changed adapter=%s path=%s: %s; the previous durable copy is kept and "
-            "the file is taken again next pass",
-            state.name,
-            path,
-            result.why,
-            extra={"event": "copy.changed"},
-        )
-    elif isinstance(result, segments.Waiting | sqlite_pass.Deferred):
-        p.unchanged += 1
-        if isinstance(result, segments.Waiting):
-            log.debug(
-                "segments.waiting adapter=%s path=%s (%s)",
-                state.name,
-                path,
-                result,
-                extra={"event": "segments.waiting"},
-            )
-    elif isinstance(result, NotRegular):
-        p.skipped += 1
-        log.info(
-            "copy.not-regular adapter=%s path=%s",
-            state.name,
-            path,
-            extra={"event": "copy.not-regular"},
-        )
-    elif isinstance(result, SourceError):
-        p.errors.append(PathError(state.name, path, result.operation, result.reason))
-        state.notices.warn(
-            "copy.failed",
-            state.name,
-            path,
-            result.reason,
-            "copy.failed adapter=%s path=%s error=%s",
-            state.name,
-            path,
-            result.reason,
-        )
-
-
-def _record_link(state: AdapterState, path: str, p: _Pass) -> None:
+def _record_link(state: AdapterState, path: str, p: Pass) -> None:
     full = state.live / path
     try:
         st = os.lstat(full)

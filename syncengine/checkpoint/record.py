@@ -21,6 +21,7 @@ from syncengine.checkpoint import segments
 from syncengine.copier import Copied, Published, link_hash
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
+from syncengine.local import chainstate
 from syncengine.local.index import DIRTY, Index
 from syncengine.model import AdapterState
 
@@ -103,7 +104,7 @@ def entry_of(done: Done) -> Entry:
             log_.mtime_ns,
             log_.mode & 0o7777,
             log_.hash64,
-            extra=segments.manifest_extra(log_.extra),
+            extra=chainstate.manifest_extra(log_.extra),
         )
     if isinstance(done, FileDone):
         c = done.copied
@@ -158,7 +159,7 @@ def manifest_entries(index: Index, done: Sequence[Done], final: bool) -> list[En
     a final checkpoint, it also lists every log whose chain grew since the
     manifest last recorded it, so a clean stop leaves the manifest complete.
     """
-    behind = segments.unrecorded(index)
+    behind = chainstate.unrecorded(index)
     needed = any(not _appended(d) for d in done) or (final and (bool(done) or bool(behind)))
     if not needed:
         return []

@@ -21,7 +21,7 @@ rewrite and starts a new chain.  Such an append needs no manifest object: the
 segment's name places it (`record.manifest_entries` decides when a manifest object is
 written, and then records the chain).  Anything but a pure append starts a
 new chain with a fresh base, as does compaction (a chain longer than
-`MAX_SEGMENTS`, or idle for `IDLE_NS` with more than one object); a new
+`MAX_SEGMENTS`, or idle for `chainstate.IDLE_NS` with more than one object); a new
 chain is always recorded in the manifest.  Superseded chains stay for ``gc``.
 
 The log's *plain copy*: so that anything reading the bucket directly (a
@@ -38,16 +38,15 @@ where it extends the chain (chain.py); on a mount without rename it is not
 written (it could only be a unique object under ``objects/``, which nothing
 reads).
 
-The index keeps, beside ``chain`` and ``lens``, local-only state under
-`LOCAL`: the inode, and ``recorded``, how many objects of the chain the
-manifest lists (`unrecorded` names the logs it is behind for).
+The chain state in the index (``chain``, ``lens``, `PLAIN`, and local-only
+state under `LOCAL`), and which logs are due for compaction or a plain copy,
+are `syncengine.local.chainstate`'s.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -55,14 +54,13 @@ import xxhash
 
 from syncengine.copier import Changed, Copied, hash_file, open_source, stream, unwritten
 from syncengine.durable.chain import LOCAL, PLAIN, SEG_DIR, chain_dir, object_name
-from syncengine.durable.manifest import Entry
 from syncengine.durable.store import Store
 from syncengine.errors import SourceError
-from syncengine.local.index import DIRTY, Index
+from syncengine.local.chainstate import local_state, plain_current
+from syncengine.local.index import Index, Record
 
 log = logging.getLogger("syncengine")
 MAX_SEGMENTS = 256  # objects in a chain before it is compacted into a new base
-IDLE_NS = 300 * 10**9  # a log unchanged this long with >1 object is compacted
 _TAIL_SCAN = 1 << 16
 
 
@@ -83,11 +81,6 @@ class Logged(Copied):
     def appended(self) -> bool:
         """One more segment on a chain already recorded: needs no manifest object."""
         return self.published and self.why == "append"
-
-
-def manifest_extra(extra: dict[str, Any]) -> dict[str, Any]:
-    """The part of the index's chain state that the manifest carries."""
-    return {k: v for k, v in extra.items() if k != LOCAL}
 
 
 def _sig(st: os.stat_result) -> tuple[int, int, int]:
@@ -166,16 +159,10 @@ def _publish(
     old = index.extras.get(relpath, {}) if rec is not None and rec.kind == "segments" else {}
     lens: list[int] = list(old.get("lens", ()))
     chain = str(old.get("chain", ""))
-    local = _local(old)
+    local = local_state(old)
     covered = sum(lens)
     h = xxhash.xxh3_64()
-    why = (
-        "new chain"
-        if not lens or not chain or rec is None
-        else _chain_break(fd, st, src, local, covered, rec.hash64, h)
-    )
-    if not why and (len(lens) >= MAX_SEGMENTS or (compact and len(lens) > 1)):
-        why = "compact"
+    why = _new_chain_why(fd, st, src, rec, lens, chain, local, compact, h)
     start = 0 if why else covered
     cut = st.st_size if final else _last_newline_end(fd, start, st.st_size)
     recorded = int(local.get("recorded", len(lens)))
@@ -190,38 +177,13 @@ def _publish(
     elif cut == covered:  # nothing new (a partial line may be waiting)
         extra = {**old, LOCAL: {**local, "ino": st.st_ino}}
         return Logged(
-            False,
-            covered,
-            rec.hash64 if rec else 0,
-            st.st_mode,
-            st.st_mtime_ns,
-            _sig(st),
-            raced=False,
-            extra=extra,
+            False, covered, rec.hash64 if rec else 0, *_attrs(st), raced=False, extra=extra
         )
-    # The name carries the object's hash, and a mount without rename writes the object
-    # under its final name: hash the new bytes first, then copy them and compare.
-    own = xxhash.xxh3_64()
-    os.lseek(fd, start, os.SEEK_SET)
-    n, digest = stream(fd, cut - start, own.update, src_name=src, hasher=h)
-    if n != cut - start:
-        raise Waiting("shrank while reading")
-    name = object_name(relpath, chain, len(lens), start, cut, own.intdigest(), st.st_mtime_ns)
-    os.lseek(fd, start, os.SEEK_SET)
-    with store.writer(name, mode=st.st_mode, mtime_ns=st.st_mtime_ns, unique=True) as out:
-        n, again = stream(fd, cut - start, out.write, src_name=src, dst_name=store.where(name))
-        if n != cut - start or again != own.intdigest():
-            raise Waiting("changed while reading")
-        if (
-            not why
-            and rec is not None
-            and not unwritten(st, os.fstat(fd), recent_ns)
-            and hash_file(fd, covered, name=src) != rec.hash64
-        ):
-            raise Changed(
-                relpath,
-                "its published beginning was rewritten in place while the new segment was copied",
-            )
+    prefix = (covered, rec.hash64) if not why and rec is not None else None
+    span = (start, cut)
+    digest = _write_segment(
+        store, fd, st, src, relpath, chain, len(lens), span, h, prefix, recent_ns
+    )
     after = os.fstat(fd)
     lens.append(cut - start)
     extra = {
@@ -234,14 +196,84 @@ def _publish(
         True,
         cut,
         digest,
-        st.st_mode,
-        st.st_mtime_ns,
-        _sig(st),
+        *_attrs(st),
         raced=_sig(after) != _sig(st) or after.st_ino != st.st_ino,
         extra=extra,
         written=cut - start,
         why=why or "append",
     )
+
+
+def _attrs(st: os.stat_result) -> tuple[int, int, tuple[int, int, int]]:
+    """A `Logged`'s mode, mtime_ns and stat signature, from the live file's stat."""
+    return st.st_mode, st.st_mtime_ns, _sig(st)
+
+
+def _new_chain_why(
+    fd: int,
+    st: os.stat_result,
+    src: str,
+    rec: Record | None,
+    lens: list[int],
+    chain: str,
+    local: dict[str, Any],
+    compact: bool,
+    h: xxhash.xxh3_64,
+) -> str:
+    """Why this pass starts a new chain ("": it appends to the current one, and `h` then
+    holds the published prefix's hash)."""
+    if not lens or not chain or rec is None:
+        return "new chain"
+    why = _chain_break(fd, st, src, local, sum(lens), rec.hash64, h)
+    if not why and (len(lens) >= MAX_SEGMENTS or (compact and len(lens) > 1)):
+        return "compact"
+    return why
+
+
+def _write_segment(
+    store: Store,
+    fd: int,
+    st: os.stat_result,
+    src: str,
+    relpath: str,
+    chain: str,
+    seq: int,
+    span: tuple[int, int],
+    h: xxhash.xxh3_64,
+    prefix: tuple[int, int] | None,
+    recent_ns: int | None,
+) -> int:
+    """Publish the log's bytes [start, end) (`span`) as object `seq` of `chain`; returns
+    the xxh3 of the log up to its end (`h` holds the hash of the bytes before it).
+
+    `prefix` (the published length and its hash; None for a new chain): the published
+    beginning is hashed again after the copy unless the file's stat proves that nothing
+    was written meanwhile.
+    """
+    start, cut = span
+    # The name carries the object's hash, and a mount without rename writes the object
+    # under its final name: hash the new bytes first, then copy them and compare.
+    own = xxhash.xxh3_64()
+    os.lseek(fd, start, os.SEEK_SET)
+    n, digest = stream(fd, cut - start, own.update, src_name=src, hasher=h)
+    if n != cut - start:
+        raise Waiting("shrank while reading")
+    name = object_name(relpath, chain, seq, start, cut, own.intdigest(), st.st_mtime_ns)
+    os.lseek(fd, start, os.SEEK_SET)
+    with store.writer(name, mode=st.st_mode, mtime_ns=st.st_mtime_ns, unique=True) as out:
+        n, again = stream(fd, cut - start, out.write, src_name=src, dst_name=store.where(name))
+        if n != cut - start or again != own.intdigest():
+            raise Waiting("changed while reading")
+        if (
+            prefix is not None
+            and not unwritten(st, os.fstat(fd), recent_ns)
+            and hash_file(fd, prefix[0], name=src) != prefix[1]
+        ):
+            raise Changed(
+                relpath,
+                "its published beginning was rewritten in place while the new segment was copied",
+            )
+    return digest
 
 
 def _chain_break(
@@ -290,137 +322,9 @@ def _publish_plain(
     )
 
 
-def plain_current(extra: dict[str, Any], hash64: int) -> bool:
-    """Whether the plain path holds the chain's whole content (or needs none)."""
-    state = extra.get(PLAIN)
-    return (
-        isinstance(state, dict)
-        and state.get("size") == sum(extra.get("lens", ()))
-        and state.get("hash") == f"{hash64:016x}"
-    )
-
-
-def plain_wanted(
-    index: Index, now_ns: int, quiet_ns: int, *, final: bool = False
-) -> frozenset[str]:
-    """Logs whose plain copy is behind their chain and that have been quiet for
-    `quiet_ns` (with `final`: every such log, writers having stopped)."""
-    out = set()
-    for path, extra in index.extras.items():
-        rec = index.get(path)
-        if (
-            rec is None
-            or rec.kind != "segments"
-            or rec.absent
-            or not extra.get("lens")
-            or plain_current(extra, rec.hash64)
-        ):
-            continue
-        if final or rec.mtime_ns < now_ns - quiet_ns:
-            out.add(path)
-    return frozenset(out)
-
-
-def _local(extra: dict[str, Any]) -> dict[str, Any]:
-    local = extra.get(LOCAL)
-    return local if isinstance(local, dict) else {}
-
-
-def idle_chains(index: Index, now_ns: int) -> frozenset[str]:
-    """Logs with more than one object whose file has not changed for `IDLE_NS`."""
-    out = set()
-    for path, extra in index.extras.items():
-        if len(extra.get("lens", ())) > 1:
-            rec = index.get(path)
-            if (
-                rec is not None
-                and rec.kind == "segments"
-                and not rec.absent
-                and rec.mtime_ns < now_ns - IDLE_NS
-            ):
-                out.add(path)
-    return frozenset(out)
-
-
 def complete_lines_end(fd: int, size: int) -> int:
     """Length of the complete lines among the first `size` bytes of an open file."""
     return _last_newline_end(fd, 0, size)
-
-
-def seed(
-    index: Index,
-    entry: Entry,
-    *,
-    ino: int | None = None,
-    size: int | None = None,
-    mtime_ns: int | None = None,
-    ctime_ns: int = DIRTY,
-) -> None:
-    """Record a durable chain in the index (after a restore, or for a kept local file).
-
-    A chain resolved by restore (`chain.Chain.as_entry`) says how many of its
-    objects the manifest records; a manifest entry records them all.
-    """
-    extra = manifest_extra(dict(entry.extra))
-    recorded = _local(dict(entry.extra)).get("recorded")
-    if not isinstance(recorded, int):
-        recorded = len(extra.get("lens", ()))
-    if size is not None and size > sum(extra.get("lens", ())):
-        ctime_ns = DIRTY  # bytes the chain lacks (from its plain copy): the next pass looks
-    index.record(
-        entry.path,
-        size=entry.size if size is None else size,
-        mtime_ns=entry.mtime_ns if mtime_ns is None else mtime_ns,
-        ctime_ns=ctime_ns,
-        hash64=entry.hash or 0,
-        mode=entry.mode,
-        kind="segments",
-        extra={**extra, LOCAL: {"ino": ino, "recorded": recorded}},
-    )
-
-
-def seed_kept(index: Index, entry: Entry) -> None:
-    """Seed a log whose local copy restore kept, unless the index holds its chain already.
-
-    After a hot restart the index is usually ahead of the manifest (appends
-    are recorded by their segments' names): it stays, so the next checkpoint
-    appends to the same chain instead of publishing those bytes again.
-    """
-    rec = index.get(entry.path)
-    have = index.extras.get(entry.path, {})
-    lens = entry.extra.get("lens")
-    if (
-        rec is not None
-        and rec.kind == "segments"
-        and isinstance(lens, list)
-        and have.get("chain") == entry.extra.get("chain")
-        and list(have.get("lens", ()))[: len(lens)] == lens
-    ):
-        return
-    seed(index, entry)
-
-
-def unrecorded(index: Index) -> list[str]:
-    """Logs whose chain has objects that no manifest object lists yet."""
-    out = []
-    for path, extra in index.extras.items():
-        local = _local(extra)
-        if "recorded" in local and len(extra.get("lens", ())) > local["recorded"]:
-            out.append(path)
-    return sorted(out)
-
-
-def mark_recorded(index: Index, entries: Iterable[Entry]) -> None:
-    """A manifest object now lists these entries: their chains are recorded that far."""
-    for e in entries:
-        extra = index.extras.get(e.path)
-        if e.kind != "segments" or not extra or extra.get("chain") != e.extra.get("chain"):
-            continue
-        local = _local(extra)
-        n = len(e.extra.get("lens", ()))
-        if local.get("recorded") != n:
-            index.extras[e.path] = {**extra, LOCAL: {**local, "recorded": n}}
-            index.changed = True
 
 
 __all__ = [
@@ -432,13 +336,5 @@ __all__ = [
     "Waiting",
     "chain_dir",
     "complete_lines_end",
-    "idle_chains",
-    "manifest_extra",
-    "mark_recorded",
-    "plain_current",
-    "plain_wanted",
     "publish",
-    "seed",
-    "seed_kept",
-    "unrecorded",
 ]

@@ -22,7 +22,6 @@ import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from syncengine.checkpoint.sqlite_backup import (
     Options,
@@ -93,28 +92,6 @@ def _glob(root: str, rel: str, parts: list[str], out: set[str]) -> None:
                 _glob(root, child, rest, out)
         elif stat.S_ISREG(mode) and not name.endswith((*COMPANIONS, TEMP_SUFFIX)):
             out.add(child)
-
-
-def matches(patterns: Sequence[str], relpath: str) -> bool:
-    """Whether `relpath` is one of the databases the globs list."""
-    parts = relpath.split("/")
-    for pattern in patterns:
-        globs = [p for p in pattern.strip("/").split("/") if p]
-        if len(globs) == len(parts) and all(map(fnmatch.fnmatchcase, parts, globs)):
-            return True
-    return False
-
-
-def seed_extra(entry: Entry, patterns: Sequence[str]) -> dict[str, Any]:
-    """Index extras for a snapshot known only from the manifest (a rebuilt index)."""
-    return {
-        "object": entry.location,
-        "size": entry.size,
-        "mtime_ns": entry.mtime_ns,
-        "snapshot_ns": entry.extra.get("snapshot_ns"),
-        "_wal": None,
-        "_listed": matches(patterns, entry.path),
-    }
 
 
 def companion_base(live: Path, relpath: str) -> str | None:

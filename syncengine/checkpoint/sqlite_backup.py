@@ -9,7 +9,7 @@ blocks a writer for longer than ``sqlite_busy_timeout``:
   ``readonly_shm=1`` so it never writes the shared-memory file, not even a
   read mark) copies it with the online backup API in one step (``pages=-1``:
   one read transaction, so a busy writer cannot make it restart forever).
-  It opens files through a VFS that opens a ``-wal`` read-only and never
+  It opens files through a VFS (`sqlite_vfs`) that opens a ``-wal`` read-only and never
   creates one (SQLite's own read-only open does, with ``O_CREAT``): if the
   writer closed the database between our look and our open, the open fails
   and the next try takes the path below, instead of leaving an empty
@@ -55,11 +55,11 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-import threading
 from pathlib import Path
 
 import attrs
 
+from syncengine.checkpoint.sqlite_vfs import no_create_vfs
 from syncengine.copier import Vanished, stream
 from syncengine.errors import DurableError, SourceError, source_error
 from syncengine.sqlite_check import (
@@ -74,7 +74,6 @@ from syncengine.sqlite_check import (
 
 _LOGS = ("-wal", "-journal")  # the companions that hold data: copied with the database
 QUIET_TRIES = 3  # copies of an unused database that a writer starting meanwhile may spoil
-NO_CREATE_VFS = "syncengine-no-create"
 
 
 @attrs.frozen
@@ -170,7 +169,7 @@ def _backup(db_path: str, dst: str, relpath: str, opts: Options) -> None:
                     dst,
                     relpath,
                     opts.busy_timeout,
-                    {"readonly_shm": "1", "vfs": _no_create_vfs()} if is_wal(header) else {},
+                    {"readonly_shm": "1", "vfs": no_create_vfs()} if is_wal(header) else {},
                 )
                 _keep_writer(dst, writer_version(header))
                 return
@@ -250,48 +249,6 @@ def _reason(exc: Exception) -> str:
     if not name:
         return text
     return name if text in ("", "not an error") else f"{text} ({name})"
-
-
-_vfs: list[object] = []  # the registered VFS, kept alive for the process
-_vfs_lock = threading.Lock()
-
-
-def _no_create_vfs() -> str:
-    """The name of a VFS like the default one that opens a -wal read-only, never creating it.
-
-    Through apsw's Python VFS an error that SQLite itself ignores still
-    reaches the caller as an exception (apsw clears only "busy"), hence the
-    lock translation below.  The -shm is opened by SQLite (``readonly_shm``:
-    read-only), below this layer.
-    """
-    import apsw
-
-    class File(apsw.VFSFile):
-        def xLock(self, level: int) -> None:
-            try:
-                super().xLock(level)
-            except apsw.IOError:
-                if level != apsw.SQLITE_LOCK_EXCLUSIVE:
-                    raise
-                # A read-only file cannot take a write lock (EBADF). SQLite tries it when
-                # the last connection closes, to checkpoint, and ignores the failure; here
-                # it would surface as an error from close(): say "busy", what it means.
-                raise apsw.BusyError("read-only: no exclusive lock") from None
-
-    class NoCreate(apsw.VFS):
-        def __init__(self) -> None:
-            super().__init__(NO_CREATE_VFS, base="")
-
-        def xOpen(self, name: str | apsw.URIFilename | None, flags: list[int]) -> apsw.VFSFile:
-            if flags[0] & apsw.SQLITE_OPEN_WAL:  # SQLite asks read-write and create
-                flags[0] &= ~(apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_READWRITE)
-                flags[0] |= apsw.SQLITE_OPEN_READONLY  # so the kernel refuses any write too
-            return File("", name, flags)
-
-    with _vfs_lock:
-        if not _vfs:
-            _vfs.append(NoCreate())
-    return NO_CREATE_VFS
 
 
 def _copy_with_sqlite(

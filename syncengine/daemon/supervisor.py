@@ -189,26 +189,7 @@ class Supervisor:
         )
         self._wait_child(None, until_signal=True)
         if self.status is None:
-            t_signal = time.monotonic()
-            self._wait_child(t_signal + self.grace)
-            self._final()
-            if self.status is None:
-                log.warning(
-                    "run.child-still-running pid=%d: waiting up to %.1fs, then SIGKILL",
-                    self.child.pid,
-                    self.stop_timeout,
-                    extra={"event": "run.child-still-running"},
-                )
-                self._wait_child(t_signal + self.stop_timeout)
-                if self.status is None:
-                    log.warning(
-                        "run.kill pid=%d after stop timeout",
-                        self.child.pid,
-                        extra={"event": "run.kill"},
-                    )
-                    self.child.kill()
-                    self._wait_child(None)
-                self._checkpoint("after-exit")
+            self._stop_child()
         else:
             self._final()
         assert self.status is not None
@@ -222,6 +203,32 @@ class Supervisor:
             )
             return FINAL_INCOMPLETE
         return code
+
+    def _stop_child(self) -> None:
+        """After a signal: the grace period, the final checkpoint, then the stop timeout and
+        SIGKILL for a child still running, and a checkpoint after it exits."""
+        child = self.child
+        assert child is not None
+        t_signal = time.monotonic()
+        self._wait_child(t_signal + self.grace)
+        self._final()
+        if self.status is None:
+            log.warning(
+                "run.child-still-running pid=%d: waiting up to %.1fs, then SIGKILL",
+                child.pid,
+                self.stop_timeout,
+                extra={"event": "run.child-still-running"},
+            )
+            self._wait_child(t_signal + self.stop_timeout)
+            if self.status is None:
+                log.warning(
+                    "run.kill pid=%d after stop timeout",
+                    child.pid,
+                    extra={"event": "run.kill"},
+                )
+                child.kill()
+                self._wait_child(None)
+            self._checkpoint("after-exit")
 
     def _final(self) -> None:
         try:

@@ -32,17 +32,20 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from syncengine.checkpoint import segments, sqlite
 from syncengine.durable import manifest
+from syncengine.durable.manifest import Entry
 from syncengine.durable.manifest import load as load_manifest
 from syncengine.errors import local_error
 from syncengine.fs import savefile
-from syncengine.local import behind
+from syncengine.local import behind, chainstate
 from syncengine.local.index import DIRTY, Index
 from syncengine.local.status import read_json
 from syncengine.model import AdapterState
+from syncengine.patterns import matches
 
 log = logging.getLogger("syncengine")
 
@@ -77,7 +80,7 @@ def from_manifest(state: AdapterState) -> None:
         if entry.kind in ("file", "symlink"):
             record_dirty(state.index, entry)
         elif entry.kind == "segments":
-            segments.seed(state.index, entry)
+            chainstate.seed(state.index, entry)
         elif entry.kind == "dir":  # compared with the live directory by the next walk
             state.index.record_dir(entry.path, entry.mode)
         elif entry.kind == "sqlite":  # snapshot next pass; published only if it differs
@@ -89,7 +92,7 @@ def from_manifest(state: AdapterState) -> None:
                 hash64=entry.hash or 0,
                 mode=entry.mode,
                 kind="sqlite",
-                extra=sqlite.seed_extra(entry, state.sqlite_patterns),
+                extra=_snapshot_extra(entry, state.sqlite_patterns),
             )
     if manifest_state.last_seq:
         state.index.meta.update(
@@ -174,3 +177,19 @@ def check(state: AdapterState, instance: str) -> list[str]:
     if state.index.changed:
         state.index.save(state.index_path)
     return said
+
+
+def _snapshot_extra(entry: Entry, patterns: Sequence[str]) -> dict[str, Any]:
+    """Index extras for a snapshot known only from the manifest (a rebuilt index).
+
+    The same record `checkpoint.sqlite` writes after publishing one, with no WAL
+    signature, so the next pass snapshots the database and publishes it if it differs.
+    """
+    return {
+        "object": entry.location,
+        "size": entry.size,
+        "mtime_ns": entry.mtime_ns,
+        "snapshot_ns": entry.extra.get("snapshot_ns"),
+        "_wal": None,
+        "_listed": matches(patterns, entry.path),
+    }

@@ -94,6 +94,25 @@ def write_restore(state_dir: Path, report: Report, now_ns: int) -> None:
     )
 
 
+# The settings `syncengine status` shows, with where each came from.
+SHOWN_KEYS = (
+    "local_root",
+    "durable_root",
+    "state_dir",
+    "interval",
+    "jobs",
+    "sqlite_busy_timeout",
+    "rescan_interval",
+    "journal_dir",
+    "require_mount",
+    "write_back",
+    "rclone_rc",
+    "confirm_timeout",
+    "home",
+    "plain_after",
+)
+
+
 def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict[str, Any]:
     """Effective configuration with sources, and per-adapter state (local files only)."""
     cfg = config
@@ -124,23 +143,7 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
                 **{k: v for k, v in st.items() if k != "adapter"},
             }
         )
-    keys = (
-        "local_root",
-        "durable_root",
-        "state_dir",
-        "interval",
-        "jobs",
-        "sqlite_busy_timeout",
-        "rescan_interval",
-        "journal_dir",
-        "require_mount",
-        "write_back",
-        "rclone_rc",
-        "confirm_timeout",
-        "home",
-        "plain_after",
-    )
-    shown = {k: [_plain(getattr(cfg, k)), cfg.sources.get(k)] for k in keys}
+    shown = {k: [_plain(getattr(cfg, k)), cfg.sources.get(k)] for k in SHOWN_KEYS}
     shown["adapters"] = [[s.name for s in cfg.adapters], cfg.sources.get("adapters")]
     if cfg.s3 is not None:  # backend, endpoint and bucket; never a secret
         shown["durable_root"] = [cfg.s3.describe(), cfg.sources.get("durable_root")]

@@ -7,7 +7,7 @@ that decided it, with the file the rule comes from.  It decides with the
 engine's own pieces, in the engine's order: the walk's exclusion matcher
 (`engine.exclusion_patterns` compiled by `patterns.compile_patterns`, the
 same as a checkpoint), the walk's visibility rules (`scan.entered`,
-`scan.reported`), the adapter's ``sqlite`` globs (`sqlite.matches`), the
+`scan.reported`), the adapter's ``sqlite`` globs (`patterns.matches`), the
 companion and header checks of `sqlite` and `copier`, and the ``segments``
 matcher.  Naming the rule compiles each pattern alone with the same
 compiler.  It only reads the live tree: never the durable side, the index,
@@ -29,7 +29,7 @@ from syncengine.copier import SQLITE_MIN_SIZE
 from syncengine.engine import RESERVED, Engine, exclusion_patterns
 from syncengine.errors import ConfigError
 from syncengine.fs.savefile import TEMP_SUFFIX
-from syncengine.patterns import COMPANIONS, Matcher, compile_patterns, database_patterns
+from syncengine.patterns import COMPANIONS, Matcher, compile_patterns, database_patterns, matches
 from syncengine.walk.job import ScanJob, entered, reported
 
 # What a checkpoint does with a path (the first column of the output).
@@ -112,7 +112,7 @@ class _Rules:
         return "segments"
 
     def sqlite_rule(self, rel: str) -> str:
-        return next(g for g in self.spec.sqlite if sqlite.matches([g], rel))
+        return next(g for g in self.spec.sqlite if matches([g], rel))
 
 
 def explain(engine: Engine, adapter: str, paths: Sequence[str] = ()) -> list[Decision]:
@@ -172,7 +172,7 @@ def decide(rules: _Rules, rel: str) -> Decision:
     )
     if (
         kind == "file"
-        and sqlite.matches(spec.sqlite, rel)
+        and matches(spec.sqlite, rel)
         and not rel.endswith((*COMPANIONS, TEMP_SUFFIX))
     ):  # exclusions do not apply
         return Decision(rel, kind, SNAPSHOT, rules.sqlite_rule(rel), rules.source("sqlite"))

@@ -2,7 +2,7 @@
 
 Owns finding which adapter and manifest entry a path means (absolute under a
 live tree, or relative with the adapter named or unambiguous) and handing it
-to `chain.export`, which rebuilds and checks it.  Reads the durable side only.
+to `chainread.export`, which rebuilds and checks it.  Reads the durable side only.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from syncengine.config import Config
-from syncengine.durable import chain
+from syncengine.durable import chainread
 from syncengine.durable.manifest import load as load_manifest
 from syncengine.durable.store import Store
 from syncengine.errors import ConfigError
@@ -59,4 +59,4 @@ def export(
             f"{', '.join(f[2] for f in found)}: choose one with --adapter"
         )
     store, entry, _ = found[0]
-    return chain.export(store, entry, out)
+    return chainread.export(store, entry, out)

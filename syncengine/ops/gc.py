@@ -2,9 +2,10 @@
 
 Owns retention, kept out of the checkpoint loop.  `gather` observes one
 adapter (manifest, index absence counters, the live tree by ``lstat``, the
-staging directory, the segment chains, the manifest objects), `plan` decides
-from those facts alone (pure, so tests assert on its text), and `execute`
-carries the plan out, only with ``--apply`` and under the state lock.
+staging directory, the segment chains, the manifest objects), `gcplan.plan`
+decides from those facts alone (pure, so tests assert on its text: the rules
+below live there), and `execute` carries the plan out, only with ``--apply``
+and under the state lock.
 
 A locally deleted path becomes a *tombstone* once the checkpoint counted it
 missing in ``[gc] absent_passes`` consecutive passes; its durable copy goes
@@ -32,8 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,78 +43,18 @@ from syncengine.checkpoint import execute as checkpoint
 from syncengine.checkpoint import segments
 from syncengine.config import AdapterSpec, GcConfig
 from syncengine.durable import manifest
-from syncengine.durable.manifest import Entry
 from syncengine.durable.store import MANIFEST_DIR, STAGING_DIR
 from syncengine.errors import DurableError, LockBusy
 from syncengine.fs.savefile import TEMP_SUFFIX
 from syncengine.local.index import ABSENT_SINCE
 from syncengine.local.lock import StateLock
 from syncengine.local.status import restore_refusal
+from syncengine.ops.gcplan import DeleteObjects, DeletePath, Facts, GcAction, plan, refusal
 
 if TYPE_CHECKING:
     from syncengine.model import AdapterState
 
 log = logging.getLogger("syncengine")
-NS = 10**9
-
-
-@attrs.frozen
-class Facts:
-    """What gc observed for one adapter; `plan` decides from this alone."""
-
-    adapter: str
-    entries: Mapping[str, Entry]
-    last_seq: int
-    base_seq: int  # newest readable base (0: none)
-    manifest_objects: tuple[tuple[int, str, int], ...]  # (seq, name, bytes)
-    absent: Mapping[str, tuple[int, int | None]]  # path -> (passes, first absent ns)
-    missing_locally: frozenset[str]  # manifest paths not in the live tree (lstat)
-    live_exists: bool
-    staging: tuple[tuple[str, int, int], ...]  # (object name, bytes, mtime_ns)
-    chain_objects: tuple[tuple[str, str, str, int, int], ...]  # (path, chain, name, bytes, mtime)
-    unusable: tuple[str, ...] = ()  # manifest problems and invalid entries (manifest.py)
-
-
-@attrs.frozen
-class DeletePath:
-    """A tombstone: remove the path from the manifest and delete its objects."""
-
-    path: str
-    objects: tuple[str, ...]
-    bytes: int
-    absent_since_ns: int
-
-    def __str__(self) -> str:
-        return (
-            f"delete {self.path} (tombstone: gone locally since {_when(self.absent_since_ns)}"
-            f"; {len(self.objects)} object(s), {self.bytes} bytes)"
-        )
-
-
-@attrs.frozen
-class DeleteObjects:
-    """Objects no manifest entry needs: superseded manifests, old chains, staging leftovers."""
-
-    what: str
-    objects: tuple[str, ...]
-    bytes: int
-
-    def __str__(self) -> str:
-        return f"delete {self.what} ({len(self.objects)} object(s), {self.bytes} bytes)"
-
-
-@attrs.frozen
-class Wait:
-    """A path missing locally that is not (yet) to be deleted, and why."""
-
-    path: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"keep {self.path} ({self.reason})"
-
-
-GcAction = DeletePath | DeleteObjects | Wait
 
 
 @attrs.frozen
@@ -165,113 +105,6 @@ class GcReport:
         if not self.apply:
             out.append("dry run: nothing deleted; run `syncengine gc --apply` to delete")
         return out
-
-
-def _when(ns: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / NS))
-
-
-# -- deciding -------------------------------------------------------------
-
-
-def refusal(facts: Facts, cfg: GcConfig) -> str | None:
-    """Why this adapter's local view cannot be trusted for gc, or None."""
-    if facts.unusable:  # an object or entry nobody can read may name what gc would delete
-        return (
-            f"the manifest is not whole ({len(facts.unusable)} unreadable object(s) or "
-            f"invalid entries, first: {facts.unusable[0]}); run `syncengine verify`"
-        )
-    if not facts.entries:
-        return None
-    if not facts.live_exists:
-        return "the live tree does not exist: is local storage mounted and restored?"
-    total = len(facts.entries)
-    present = total - len(facts.missing_locally)
-    if present == 0:
-        return f"the live tree is empty but the manifest lists {total} paths: restore first"
-    if present < cfg.min_present_ratio * total:
-        return (
-            f"only {present} of {total} manifest paths exist locally (below "
-            f"min_present_ratio {cfg.min_present_ratio}): a partial or wrong local view"
-        )
-    return None
-
-
-def _objects_of(entry: Entry, chains: Mapping[str, list[tuple[str, int]]]) -> list[tuple[str, int]]:
-    if entry.kind == "segments":  # every chain, and the plain copy at the path (segments.py)
-        plain = entry.extra.get("plain")
-        size = plain.get("size", 0) if isinstance(plain, dict) else 0
-        return [*chains.get(entry.path, []), (entry.path, size if isinstance(size, int) else 0)]
-    if entry.kind in ("file", "sqlite"):
-        return [(entry.location, entry.size)]
-    return []  # a symlink or a directory lives in the manifest only
-
-
-def plan(facts: Facts, cfg: GcConfig, now_ns: int) -> tuple[GcAction, ...]:
-    """What gc does for one adapter (call `refusal` first)."""
-    grace_ns = int(cfg.grace_seconds * NS)
-    actions: list[GcAction] = []
-    per_path: dict[str, list[tuple[str, int]]] = {}
-    for path, _chain, name, size, _mtime in facts.chain_objects:
-        per_path.setdefault(path, []).append((name, size))
-    tombstones = set()
-    for path in sorted(facts.missing_locally):
-        entry = facts.entries[path]
-        passes, since = facts.absent.get(path, (0, None))
-        if passes < cfg.absent_passes:
-            actions.append(Wait(path, f"missing in {passes} of {cfg.absent_passes} checkpoints"))
-        elif since is None:
-            actions.append(
-                Wait(
-                    path,
-                    "no record of when it went missing; the next "
-                    "checkpoint starts its grace period",
-                )
-            )
-        elif now_ns - since < grace_ns:
-            actions.append(Wait(path, f"tombstone; grace period ends {_when(since + grace_ns)}"))
-        else:
-            objs = _objects_of(entry, per_path)
-            tombstones.add(path)
-            actions.append(
-                DeletePath(path, tuple(n for n, _ in objs), sum(s for _, s in objs), since)
-            )
-    # Superseded manifest objects: older than the newest readable base (the new base,
-    # when tombstones make one).  Never the only readable base.
-    keep_from = facts.last_seq + 1 if tombstones else facts.base_seq
-    superseded = [(name, size) for seq, name, size in facts.manifest_objects if seq < keep_from]
-    if superseded:
-        actions.append(
-            DeleteObjects(
-                "superseded manifest objects",
-                tuple(n for n, _ in superseded),
-                sum(s for _, s in superseded),
-            )
-        )
-    current = {
-        (e.path, str(e.extra.get("chain"))) for e in facts.entries.values() if e.kind == "segments"
-    }
-    chains: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
-    for path, chain, name, size, mtime in facts.chain_objects:
-        if path not in tombstones and (path, chain) not in current:
-            chains.setdefault((path, chain), []).append((name, size, mtime))
-    for (path, chain), chain_objs in sorted(chains.items()):
-        if now_ns - max(m for _, _, m in chain_objs) >= grace_ns:
-            actions.append(
-                DeleteObjects(
-                    f"superseded chain {segments.chain_dir(path, chain)}",
-                    tuple(n for n, _, _ in chain_objs),
-                    sum(s for _, s, _ in chain_objs),
-                )
-            )
-    stale = [(n, s) for n, s, m in facts.staging if now_ns - m >= cfg.staging_seconds * NS]
-    if stale:
-        actions.append(
-            DeleteObjects(
-                "staging leftovers", tuple(n for n, _s in stale), sum(s for _n, s in stale)
-            )
-        )
-    return tuple(actions)
 
 
 # -- observing --------------------------------------------------------------
@@ -352,27 +185,8 @@ def execute(
         a.path for a in tombs if _exists_locally(state, a.path, facts.entries[a.path].kind)
     )
     tombs = [a for a in tombs if a.path not in kept]
-    manifest_name = None
     count = size = 0
-    index = state.index
-    if tombs:
-        if facts.last_seq > int(index.meta.get("manifest_seq", 0)):
-            index.meta["manifest_seq"] = facts.last_seq
-        gone = {a.path for a in tombs}
-        store.barrier()
-        manifest_name = checkpoint.write_base(
-            state, (e for p, e in sorted(facts.entries.items()) if p not in gone), now_ns
-        )
-        for path in gone:
-            index.forget(path)
-        index.save(state.index_path)
-        log.info(
-            "gc.manifest adapter=%s object=%s removed=%d",
-            state.name,
-            manifest_name,
-            len(gone),
-            extra={"event": "gc.manifest"},
-        )
+    manifest_name = _write_base_without(state, facts, {a.path for a in tombs}, now_ns)
     # Without a new base, only objects older than the newest readable base may go.
     manifest_limit = 1 << 62 if manifest_name else facts.base_seq
     for action in actions:
@@ -409,6 +223,33 @@ def execute(
         manifest=manifest_name,
         kept=kept,
     )
+
+
+def _write_base_without(
+    state: AdapterState, facts: Facts, gone: set[str], now_ns: int
+) -> str | None:
+    """A new base manifest without the tombstoned paths, before anything is deleted (a
+    restore never asks for a deleted object); the index forgets them.  None: none gone."""
+    if not gone:
+        return None
+    index = state.index
+    if facts.last_seq > int(index.meta.get("manifest_seq", 0)):
+        index.meta["manifest_seq"] = facts.last_seq
+    state.store.barrier()
+    manifest_name = checkpoint.write_base(
+        state, (e for p, e in sorted(facts.entries.items()) if p not in gone), now_ns
+    )
+    for path in gone:
+        index.forget(path)
+    index.save(state.index_path)
+    log.info(
+        "gc.manifest adapter=%s object=%s removed=%d",
+        state.name,
+        manifest_name,
+        len(gone),
+        extra={"event": "gc.manifest"},
+    )
+    return manifest_name
 
 
 def _seq(name: str) -> int:

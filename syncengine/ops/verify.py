@@ -26,6 +26,7 @@ checked in sorted order, the problems so far) is saved in
 run stops at its `limit`; the next run continues after that path unless the
 manifest changed or `restart` is asked.  A finished adapter removes its file.
 It never writes to the durable side and does not take the state lock.
+Checking one entry is `syncengine.ops.verifyentry`'s.
 """
 
 from __future__ import annotations
@@ -39,19 +40,17 @@ from typing import Any
 import attrs
 import xxhash
 
-from syncengine.checkpoint import sqlite
 from syncengine.checkpoint.execute import staging_marker
-from syncengine.copier import stream
-from syncengine.durable import chain, manifest, recorded
+from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
-from syncengine.durable.store import MANIFEST_DIR, ObjectInfo, Store
-from syncengine.errors import DurableError, SourceError, UnsafePath
+from syncengine.durable.store import MANIFEST_DIR, Store
+from syncengine.errors import DurableError
 from syncengine.fs import savefile
 from syncengine.local import behind
 from syncengine.local.index import Index
 from syncengine.local.status import index_path
-from syncengine.progress import SILENT, Reporter
-from syncengine.sqlite_check import UNCHECKED, CheckFailed
+from syncengine.ops.verifyentry import EntryChecker, Unrecorded
+from syncengine.progress import SILENT, Progress, Reporter
 
 log = logging.getLogger("syncengine")
 SAVE_EVERY = 500  # entries between progress saves
@@ -162,6 +161,14 @@ class _Progress:
     problems: list[list[str]] = attrs.field(factory=list)
 
     @classmethod
+    def resume(cls, path: Path, seq: int, sample: float, *, restart: bool) -> _Progress:
+        """The saved progress for this manifest and sample, or a fresh start."""
+        old = None if restart else cls.load(path)
+        if old is not None and (old.seq != seq or old.sample != sample):
+            old = None  # the manifest changed (or the sample): start over
+        return old or cls(seq, sample)
+
+    @classmethod
     def load(cls, path: Path) -> _Progress | None:
         try:
             data = json.loads(path.read_bytes())
@@ -193,25 +200,14 @@ def verify_adapter(
         )
     state = manifest.load(store)
     entries = sorted(state.entries.values(), key=lambda e: e.path)
-    old = None if restart else _Progress.load(progress_path)
-    if old is not None and (old.seq != state.last_seq or old.sample != sample):
-        old = None  # the manifest changed (or the sample): start over
-    prog = old or _Progress(state.last_seq, sample)
+    prog = _Progress.resume(progress_path, state.last_seq, sample, restart=restart)
     resumed = prog.cursor or None
     todo = [e for e in entries if e.path > prog.cursor] if prog.cursor else entries
     problems = [Problem(name, p, w) for p, w in prog.problems]
-    if not resumed:  # what the manifest itself lost, and entries nothing can restore
-        problems += [Problem(name, MANIFEST_DIR, p) for p in state.problems]
-        problems += [Problem(name, e.path, e.problem or "") for e in state.invalid.values()]
-        problems += _behind(name, store, index, state.last_seq)
+    if not resumed:
+        problems += _manifest_problems(name, store, index, state)
     notes = [f"manifest: {w}" for w in state.warnings]
-    check = _Checker(
-        store,
-        state_dir,
-        notes,
-        _Unrecorded(staging_marker(state_dir, name), index_path(state_dir, name), state.last_seq),
-    )
-    done = 0
+    check = _checker(name, store, state_dir, notes, state.last_seq)
     meter = progress.start(
         "verify",
         name,
@@ -219,40 +215,14 @@ def verify_adapter(
         sum(e.size for e in todo if sampled(e.path, state.last_seq, sample)),
     )
     with store.batch():
-        for entry in todo:
-            if limit is not None and done >= limit:
-                meter.finish()
-                prog.problems = [[p.path, p.what] for p in problems]
-                prog.save(progress_path)
-                return AdapterVerify(
-                    name,
-                    state.last_seq,
-                    len(entries),
-                    prog.checked,
-                    prog.hashed,
-                    prog.bytes_read,
-                    tuple(problems),
-                    (),
-                    tuple(notes),
-                    complete=False,
-                    resumed_after=resumed,
-                )
-            found, read = check.entry(entry, sampled(entry.path, state.last_seq, sample))
-            problems.extend(Problem(name, entry.path, w) for w in found)
-            prog.checked += 1
-            prog.hashed += read is not None
-            prog.bytes_read += read or 0
-            prog.cursor = entry.path
-            done += 1
-            meter.advance(1, read or 0)
-            if done % SAVE_EVERY == 0:
-                prog.problems = [[p.path, p.what] for p in problems]
-                prog.save(progress_path)
+        complete = _check_all(name, todo, check, prog, problems, progress_path, meter, limit)
     meter.finish()
-    unlisted = tuple(unlisted_files(store, [*state.entries.values(), *state.invalid.values()]))
-    if unlisted and not state.last_seq:
-        notes.append("no manifest yet (old layout): files stay unlisted until a checkpoint")
-    progress_path.unlink(missing_ok=True)
+    unlisted: tuple[str, ...] = ()
+    if complete:
+        unlisted = tuple(unlisted_files(store, [*state.entries.values(), *state.invalid.values()]))
+        if unlisted and not state.last_seq:
+            notes.append("no manifest yet (old layout): files stay unlisted until a checkpoint")
+        progress_path.unlink(missing_ok=True)
     return AdapterVerify(
         name,
         state.last_seq,
@@ -263,8 +233,60 @@ def verify_adapter(
         tuple(problems),
         unlisted,
         tuple(notes),
+        complete=complete,
         resumed_after=resumed,
     )
+
+
+def _check_all(
+    name: str,
+    todo: list[Entry],
+    check: EntryChecker,
+    prog: _Progress,
+    problems: list[Problem],
+    progress_path: Path,
+    meter: Progress,
+    limit: int | None,
+) -> bool:
+    """Check `todo` in order, saving progress every `SAVE_EVERY` entries; False: stopped
+    at `limit` (progress saved), to be resumed after `prog.cursor`."""
+    for done, entry in enumerate(todo):
+        if limit is not None and done >= limit:
+            prog.problems = [[p.path, p.what] for p in problems]
+            prog.save(progress_path)
+            return False
+        found, read = check.entry(entry, sampled(entry.path, prog.seq, prog.sample))
+        problems.extend(Problem(name, entry.path, w) for w in found)
+        prog.checked += 1
+        prog.hashed += read is not None
+        prog.bytes_read += read or 0
+        prog.cursor = entry.path
+        meter.advance(1, read or 0)
+        if (done + 1) % SAVE_EVERY == 0:
+            prog.problems = [[p.path, p.what] for p in problems]
+            prog.save(progress_path)
+    return True
+
+
+def _checker(
+    name: str, store: Store, state_dir: Path, notes: list[str], last_seq: int
+) -> EntryChecker:
+    """The entry checker for one adapter; it asks whether an interrupted checkpoint may
+    have left newer copies from the adapter's staging marker and index."""
+    marker, index_file = staging_marker(state_dir, name), index_path(state_dir, name)
+    return EntryChecker(store, state_dir, notes, Unrecorded(marker, index_file, last_seq))
+
+
+def _manifest_problems(
+    name: str, store: Store, index: Index | None, state: manifest.ManifestState
+) -> list[Problem]:
+    """What the manifest itself lost, entries nothing can restore, and a durable side
+    behind this machine's index: checked once per run, not again when resuming."""
+    return [
+        *(Problem(name, MANIFEST_DIR, p) for p in state.problems),
+        *(Problem(name, e.path, e.problem or "") for e in state.invalid.values()),
+        *_behind(name, store, index, state.last_seq),
+    ]
 
 
 def _behind(name: str, store: Store, index: Index | None, last_seq: int) -> list[Problem]:
@@ -298,137 +320,6 @@ def unlisted_files(store: Store, entries: Iterable[Entry]) -> list[str]:
         listed.add(e.path)
         listed.add(e.location)
     return sorted(info.key for info in store.list() if info.key not in listed)
-
-
-def _size_problem(st: ObjectInfo | None, size: int, what: str) -> str | None:
-    if st is None:
-        return f"{what} is missing on the durable side"
-    if st.kind != "file":
-        return f"{what} is not a regular file on the durable side"
-    if size >= 0 and st.size != size:
-        how = "truncated" if st.size < size else "larger"
-        return f"{what} has {st.size} bytes, the manifest says {size} ({how})"
-    return None
-
-
-def _check_chain(
-    store: Store, entry: Entry, sample: bool, notes: list[str]
-) -> tuple[list[str], int | None]:
-    resolved = chain.load(store, entry)  # the objects restore would use, or SourceError
-    out = []
-    for i, piece in enumerate(resolved.pieces):
-        st = store.head(piece.name)
-        problem = _size_problem(st, piece.length, f"segment {piece.name}")
-        torn = st is not None and st.size < piece.length and i == len(resolved.pieces) - 1
-        if problem and torn and i >= resolved.recorded:
-            notes.append(
-                f"{entry.path}: last segment {piece.label} is cut short and no "
-                "manifest lists it (a killed publish): restore ends before it"
-            )
-        elif problem:
-            out.append(problem)
-    if out or not sample:
-        return out, None
-    read, _ = chain.read(resolved, store, None)
-    return [], read.size
-
-
-@attrs.define
-class _Unrecorded:
-    """`recorded.unrecorded_possible` for verify, asked only when a copy differs; asked
-    again each time until it is yes, since a checkpoint may run while verify reads."""
-
-    marker: Path
-    index_path: Path
-    seq: int
-    known: bool = False
-
-    def __call__(self) -> bool:
-        if not self.known:
-            self.known = recorded.unrecorded_possible(self.marker, self._meta, self.seq)
-        return self.known
-
-    def _meta(self) -> dict[str, Any]:
-        index = Index.load(self.index_path)
-        return index.meta if index is not None else {}
-
-
-@attrs.frozen
-class _Checker:
-    """Checks one adapter's entries (problems returned, notes appended)."""
-
-    store: Store
-    state_dir: Path
-    notes: list[str]
-    unrecorded: _Unrecorded
-
-    def entry(self, entry: Entry, sample: bool) -> tuple[list[str], int | None]:
-        """(problems, bytes read back or None) for one manifest entry."""
-        try:
-            if entry.kind in ("symlink", "dir"):
-                return [], None  # recorded in the manifest only: no durable object
-            if entry.kind == "segments":
-                return _check_chain(self.store, entry, sample, self.notes)
-            if entry.kind == "file":
-                return self._file(entry, sample)
-            if entry.kind == "sqlite":
-                return self._sqlite(entry)
-        except UnsafePath as exc:
-            return [f"unsafe name in the manifest ({exc.reason})"], None
-        except SourceError as exc:
-            return [exc.reason], None
-        except OSError as exc:
-            return [f"cannot read: {exc.strerror or exc}"], None
-        self.notes.append(
-            f"{entry.path}: kind {entry.kind!r} not known to this version, not checked"
-        )
-        return [], None
-
-    def _judged(
-        self, entry: Entry, what: str, size: int, st: ObjectInfo, digest: int | None
-    ) -> list[str]:
-        verdict = recorded.judge(entry, size, st.mtime_ns, digest, unrecorded=self.unrecorded)
-        if verdict.newer:
-            self.notes.append(
-                f"{entry.path}: {what} is a newer complete version than the "
-                "manifest records (an interrupted checkpoint); restore takes it "
-                "and the next checkpoint records it"
-            )
-        return [f"{what} {verdict.problem}"] if verdict.problem else []
-
-    def _file(self, entry: Entry, sample: bool) -> tuple[list[str], int | None]:
-        st = self.store.head(entry.location)
-        problem = _size_problem(st, -1, entry.location)
-        if problem or st is None:
-            return [problem or ""], None
-        if not sample:
-            return self._judged(entry, entry.location, st.size, st, None), None
-        try:
-            with self.store.open(entry.location) as obj:
-                n, h = stream(obj.file, None, None, src_name=entry.location)
-        except DurableError as exc:  # this object only, as an OSError was before
-            return [f"cannot read: {exc}"], None
-        return self._judged(entry, entry.location, n, st, h), n
-
-    def _sqlite(self, entry: Entry) -> tuple[list[str], int | None]:
-        """The same check as checkpoint and restore: ``unchecked`` is a note, not a problem."""
-        where = f"snapshot {entry.location}"
-        st = self.store.head(entry.location)
-        problem = _size_problem(st, -1, where)
-        if problem or st is None:
-            return [problem or ""], None
-        try:
-            n, h, verdict = sqlite.check_durable_copy(
-                self.store, entry.location, self.state_dir / "verify"
-            )
-        except CheckFailed as exc:
-            return [f"{where}: could not be checked: {exc}"], None
-        except DurableError as exc:  # this object only, as an OSError was before
-            return [f"cannot read: {exc}"], None
-        out = [f"{where}: fails quick_check ({verdict.detail})"] if verdict.corrupt else []
-        if verdict.state == UNCHECKED:
-            self.notes.append(verdict.message(where))
-        return out + self._judged(entry, where, n, st, h), n
 
 
 def verify(

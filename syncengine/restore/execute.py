@@ -4,7 +4,8 @@ Owns reading the durable side's list of entries (the manifest; a walk of the
 tree only for state written by the old rsync layout, which has none) and
 carrying out the restore plan: missing or older local files are copied in as
 closed temp files renamed into place, with their recorded mode and mtime
-(fetch.py places each one); newer local files are kept (a hot restart);
+(fetch.py places each one, parallel.py runs them in threads or forked
+processes); newer local files are kept (a hot restart);
 nothing is ever written outside the live root.  A restore reports success only
 when it can vouch for the result: an unreadable manifest object (manifest.py),
 an invalid entry, a copy that differs from its record and is not a newer
@@ -28,19 +29,17 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
-from typing import Any
 
 from syncengine.checkpoint import execute as checkpoint
-from syncengine.checkpoint import segments
-from syncengine.copier import Vanished, in_order
+from syncengine.copier import Vanished
 from syncengine.durable import manifest, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import Store
 from syncengine.errors import DurableError, SourceError
 from syncengine.fs.safepath import DirCache, UnsafePath, check_relpath
-from syncengine.local import seed
+from syncengine.local import chainstate, seed
 from syncengine.local.index import DIRTY, Index
 from syncengine.model import AdapterState
 from syncengine.plan import (
@@ -58,8 +57,8 @@ from syncengine.progress import SILENT, Reporter
 from syncengine.report import AdapterReport, PathError
 from syncengine.restore import openfiles
 from syncengine.restore import sqlite as sqlite_restore
-from syncengine.restore.fetch import Done, fetch_file, fetch_log, local_state, make_dir, make_link
-from syncengine.walk import forked
+from syncengine.restore.fetch import Done, local_state, make_dir
+from syncengine.restore.parallel import Outcome, execute_all
 
 log = logging.getLogger("syncengine")
 KINDS = frozenset({"file", "symlink", "segments", "dir"})
@@ -201,44 +200,19 @@ def run(
             DirCache(state.live, create=True) as live,
             state.store.batch(),
             _dirs_around(state, dirs, live, made, errors),
-            closing(_execute(fetches, live, state.store, jobs, unrecorded)) as results,
+            closing(execute_all(fetches, live, state.store, jobs, unrecorded)) as results,
         ):
             for action, result in results:
                 meter.advance(1, action.entry.size or 0)
                 _collect(state, action, result, restored, errors, counts)
             for db in databases:
-                try:
-                    if state.sqlite is None:
-                        raise SourceError(db.entry.path, "restore", "no SQLite options")
-                    outcome = sqlite_restore.restore_db(
-                        db, live, state.store, state.sqlite, unrecorded=unrecorded
-                    )
-                except SourceError as exc:
-                    _failed(state, db.entry.path, exc, errors)
-                    continue
-                sqlite_restore.record(index, db, outcome, state.sqlite_patterns)
-                counts["kept"] += outcome.kept
-                counts["dbs"] += not outcome.kept
-                counts["db_bytes"] += 0 if outcome.kept else outcome.st.st_size
-                counts["newer"] += outcome.newer
+                _restore_db(state, db, live, unrecorded, errors, counts)
     except DurableError as exc:
         fatal = str(exc)
     meter.finish()
     if counts["newer"]:  # the manifest is behind the durable side: the next pass writes a base
         checkpoint.mark_unrecorded(state)
-    for other in actions:
-        if isinstance(other, KeepLocal):
-            counts["kept"] += other.entry.kind != "dir"
-            _seed(index, other.entry)
-        elif isinstance(other, Reject):
-            errors.append(PathError(state.name, other.entry.path, "restore", other.reason))
-            log.warning(
-                "restore.refused adapter=%s path=%s reason=%s",
-                state.name,
-                other.entry.path,
-                other.reason,
-                extra={"event": "restore.refused"},
-            )
+    _settle_unplaced(state, actions, errors, counts)
     _record(index, restored)
     for path, mode in made.items():  # as they are now: a mode that could not be set is
         index.record_dir(path, mode)  # not recorded as the manifest's, so it is kept there
@@ -256,6 +230,53 @@ def run(
         errors=tuple(errors),
         fatal=fatal,
     )
+
+
+def _restore_db(
+    state: AdapterState,
+    db: RestoreDB,
+    live: DirCache,
+    unrecorded: bool,
+    errors: list[PathError],
+    counts: dict[str, int],
+) -> None:
+    """Restore one SQLite snapshot (a problem with it is that path's error) and record it."""
+    try:
+        if state.sqlite is None:
+            raise SourceError(db.entry.path, "restore", "no SQLite options")
+        outcome = sqlite_restore.restore_db(
+            db, live, state.store, state.sqlite, unrecorded=unrecorded
+        )
+    except SourceError as exc:
+        _failed(state, db.entry.path, exc, errors)
+        return
+    sqlite_restore.record(state.index, db, outcome, state.sqlite_patterns)
+    counts["kept"] += outcome.kept
+    counts["dbs"] += not outcome.kept
+    counts["db_bytes"] += 0 if outcome.kept else outcome.st.st_size
+    counts["newer"] += outcome.newer
+
+
+def _settle_unplaced(
+    state: AdapterState,
+    actions: list[RestoreAction],
+    errors: list[PathError],
+    counts: dict[str, int],
+) -> None:
+    """The actions that place nothing: a kept local copy is seeded, a refusal reported."""
+    for other in actions:
+        if isinstance(other, KeepLocal):
+            counts["kept"] += other.entry.kind != "dir"
+            _seed(state.index, other.entry)
+        elif isinstance(other, Reject):
+            errors.append(PathError(state.name, other.entry.path, "restore", other.reason))
+            log.warning(
+                "restore.refused adapter=%s path=%s reason=%s",
+                state.name,
+                other.entry.path,
+                other.reason,
+                extra={"event": "restore.refused"},
+            )
 
 
 @contextmanager
@@ -326,7 +347,7 @@ def _record(index: Index, restored: list[Done]) -> None:
     """The index learns every placed file, so the next checkpoint uploads none of them."""
     for entry, st, h in restored:
         if entry.kind == "segments":
-            segments.seed(
+            chainstate.seed(
                 index,
                 entry,
                 ino=st.st_ino,
@@ -374,88 +395,4 @@ def _seed(index: Index, entry: Entry) -> None:
     elif entry.kind in ("file", "symlink"):
         seed.record_dirty(index, entry)
     elif entry.kind == "segments":
-        segments.seed_kept(index, entry)
-
-
-Outcome = Done | KeepLocal | Vanished | SourceError  # KeepLocal: a log whose chain is not newer
-
-
-def _execute(
-    actions: list[Fetch | MakeLink], live: DirCache, durable: Store, jobs: int, unrecorded: bool
-) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
-    """Each action's outcome, in order: threads on a mount, processes on a local disk.
-
-    On a mount (`jobs` > 1) copies overlap their round trips in threads.  On a
-    local disk a restore is Python per file: a large one from the one-shot CLI
-    is split into contiguous shares of the (path-sorted) actions, one per
-    core, in forked processes (syncengine.walk.forked).
-    """
-
-    def one(action: Fetch | MakeLink) -> Outcome:
-        try:
-            if isinstance(action, MakeLink):
-                return make_link(action.entry, live)
-            if action.entry.kind == "segments":
-                return fetch_log(action.entry, live, durable)
-            return fetch_file(action, live, durable, unrecorded=unrecorded)
-        except SourceError as exc:
-            return exc
-
-    n = forked.workers()
-    if jobs > 1 or n < 2 or len(actions) < _FORK_MIN or not forked.can_fork():
-        return in_order(actions, one, jobs=jobs, name="syncengine-restore")
-    return _execute_forked(actions, one, n)
-
-
-_FORK_MIN = 1000  # fewer actions than this: a fork costs more than it saves
-_FILE_COST = 128 << 10  # a file's fixed cost (opens, rename, Python) in bytes copied
-
-
-def _execute_forked(
-    actions: list[Fetch | MakeLink], one: Callable[[Fetch | MakeLink], Outcome], n: int
-) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
-    def work(share: list[Fetch | MakeLink]) -> tuple[list[tuple[Any, ...]], str | None]:
-        out: list[tuple[Any, ...]] = []  # picklable, see below
-        for action in share:
-            try:
-                result = one(action)
-            except DurableError as exc:  # stops the run: report it after the rest
-                return out, str(exc)
-            if isinstance(result, SourceError):
-                out.append(("error", result.operation, result.reason))
-            elif isinstance(result, (KeepLocal, Vanished)):
-                out.append(("as is", result))
-            else:  # the entry only when it differs (a log rebuilt to its chain's end)
-                entry = None if result[0] is action.entry else result[0]
-                out.append(("done", entry, result[1], result[2]))
-        return out, None
-
-    shares = _split(actions, n)
-    fatal = None
-    for share, done in zip(shares, forked.fork_map(shares, work), strict=True):
-        if done is None:  # its process failed: do that share here
-            done = work(share)
-        results, fatal = done[0], fatal or done[1]
-        for action, result in zip(share, results, strict=False):  # short after a fatal error
-            if result[0] == "done":
-                yield action, (result[1] or action.entry, result[2], result[3])
-            elif result[0] == "as is":
-                yield action, result[1]
-            else:
-                yield action, SourceError(action.entry.path, result[1], result[2])
-    if fatal is not None:  # after every share's results: what was placed gets recorded
-        raise DurableError(fatal)
-
-
-def _split(actions: list[Fetch | MakeLink], n: int) -> list[list[Fetch | MakeLink]]:
-    """`n` contiguous shares of about equal cost (a file costs its bytes plus a fixed part)."""
-    cost = [_FILE_COST + (a.entry.size or 0) for a in actions]
-    per_share = sum(cost) / n
-    shares: list[list[Fetch | MakeLink]] = [[]]
-    acc = 0.0
-    for action, c in zip(actions, cost, strict=True):
-        if acc >= per_share * len(shares) and len(shares) < n:
-            shares.append([])
-        shares[-1].append(action)
-        acc += c
-    return shares
+        chainstate.seed_kept(index, entry)

@@ -22,7 +22,7 @@ import stat
 import attrs
 
 from syncengine.copier import Vanished, link_hash, stream
-from syncengine.durable import chain, recorded
+from syncengine.durable import chain, chainread, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import ObjectInfo, Opened, Store
 from syncengine.errors import DurableError, SourceError, source_error
@@ -133,7 +133,7 @@ def fetch_log(entry: Entry, live: DirCache, durable: Store) -> Done | KeepLocal:
     nothing is placed unless every object verified.
     """
     resolved = chain.load(durable, entry)
-    plain = chain.plain_copy(durable, entry, resolved.size)
+    plain = chainread.plain_copy(durable, entry, resolved.size)
     try:
         keep = _keep_local(entry, resolved, live, plain)
         if keep is not None:
@@ -150,9 +150,9 @@ def fetch_log(entry: Entry, live: DirCache, durable: Store) -> Done | KeepLocal:
                     raise source_error("write", entry.path, exc) from exc
 
             listed = len(resolved.pieces)
-            resolved, h = chain.read(resolved, durable, write)
+            resolved, h = chainread.read(resolved, durable, write)
             rebuilt = resolved.as_entry(h)
-            grown = chain.extend(durable, entry, resolved.size, h, write) if plain else None
+            grown = chainread.extend(durable, entry, resolved.size, h, write) if plain else None
             if grown is not None:  # the chain's state stays; the index sees the rest as new
                 rebuilt = attrs.evolve(
                     rebuilt,

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import attrs
 
-from syncengine.checkpoint.sqlite import COMPANIONS, Options, find_databases, matches
+from syncengine.checkpoint.sqlite import COMPANIONS, Options, find_databases
 from syncengine.copier import stream
 from syncengine.durable import recorded
 from syncengine.durable.manifest import Entry
@@ -41,6 +41,7 @@ from syncengine.errors import DurableError, SourceError, source_error
 from syncengine.fs import savefile
 from syncengine.fs.safepath import DirCache, UnsafePath
 from syncengine.local.index import DIRTY, Index
+from syncengine.patterns import matches
 from syncengine.plan import RestoreDB
 from syncengine.sqlite_check import CheckFailed, Verdict, check, connect
 
@@ -226,23 +227,7 @@ def _fetch(
     legacy = bool(entry.extra.get("legacy"))
     size, h, st = _copy(durable, entry.location, entry.path, tmp.write, legacy)
     if not legacy:
-        judged = recorded.judge(entry, size, st.mtime_ns, h, unrecorded=unrecorded)
-        if judged.problem is not None:
-            raise SourceError(
-                entry.path,
-                "restore",
-                f"the durable snapshot {entry.location} "
-                f"{judged.problem}; the local files were left alone",
-            )
-        if judged.newer:
-            log.warning(
-                "restore.newer-than-manifest path=%s: the durable snapshot is newer "
-                "than the manifest records (a checkpoint was interrupted before "
-                "recording it); restoring it after quick_check",
-                entry.path,
-                extra={"event": "restore.newer-than-manifest"},
-            )
-            entry = attrs.evolve(entry, size=size, mtime_ns=st.mtime_ns, hash=h)
+        entry = _judged(entry, size, st.mtime_ns, h, unrecorded)
     tmp.close(mode=entry.mode | 0o600)
     try:
         if legacy_wal is not None:
@@ -281,6 +266,29 @@ def _fetch(
             os.utime(tmp_path, ns=(entry.mtime_ns, entry.mtime_ns))
     except OSError as exc:
         raise source_error("restore", entry.path, exc) from exc
+    return entry
+
+
+def _judged(entry: Entry, size: int, mtime_ns: int, h: int, unrecorded: bool) -> Entry:
+    """The entry to restore by restore's rule (`recorded.judge`): as recorded, or a newer
+    complete snapshot with its own size, mtime and hash; SourceError for any other copy."""
+    judged = recorded.judge(entry, size, mtime_ns, h, unrecorded=unrecorded)
+    if judged.problem is not None:
+        raise SourceError(
+            entry.path,
+            "restore",
+            f"the durable snapshot {entry.location} "
+            f"{judged.problem}; the local files were left alone",
+        )
+    if judged.newer:
+        log.warning(
+            "restore.newer-than-manifest path=%s: the durable snapshot is newer "
+            "than the manifest records (a checkpoint was interrupted before "
+            "recording it); restoring it after quick_check",
+            entry.path,
+            extra={"event": "restore.newer-than-manifest"},
+        )
+        return attrs.evolve(entry, size=size, mtime_ns=mtime_ns, hash=h)
     return entry
 
 

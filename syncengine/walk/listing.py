@@ -57,6 +57,8 @@ def walk_listing(
 
     The loop body runs once per file of every tree on every pass: it keeps to
     local names, the DirEntry's cached type, and one ``lstat`` per file.
+    That is why it is one long function (a helper per file would add a call
+    per file): the one hot loop tests/test_layout.py allows over 60 lines.
     Each directory listed (the root excepted) is compared with its record
     (`_compare_dir`).
     """

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -323,28 +323,32 @@ def keep_table(
     else:
         _relist_unrecorded(index, result, walk)
         assert scanned is not None, "a full listing's coverage is noted before the pass"
-        n = scanned["nkeys"]
-        unwalked = (
-            scanned["listed"]
-            if scanned["complete"]
-            else [
-                k
-                for k, raw in list(index.records.items())[:n]
-                if not absent_passes(raw) and hidden(k)
-            ]
-        )
-        new = dirtable.rebase(
-            None,
-            walk,
-            list(index.records),
-            hidden,
-            result.specials,
-            index.file_sig,
-            fp,
-            unwalked,
-            n,
-        )
+        new = _first_table(index, result, walk, scanned, hidden, fp)
     dirtable.save(table_path(index_path), new)
+
+
+def _first_table(
+    index: Index,
+    result: ScanResult,
+    walk: DirWalk,
+    scanned: dict[str, Any],
+    hidden: Callable[[str], bool],
+    fp: str,
+) -> DirTable:
+    """The table after a full listing with none before it: the paths the walk never
+    reports (`unwalked`) are the listed databases, or found among the first records."""
+    assert index.file_sig is not None, "keep_table returns first for an unsaved index"
+    n = scanned["nkeys"]
+    unwalked = (
+        scanned["listed"]
+        if scanned["complete"]
+        else [
+            k for k, raw in list(index.records.items())[:n] if not absent_passes(raw) and hidden(k)
+        ]
+    )
+    return dirtable.rebase(
+        None, walk, list(index.records), hidden, result.specials, index.file_sig, fp, unwalked, n
+    )
 
 
 def _relist_unrecorded(index: Index, result: ScanResult, walk: DirWalk) -> None:

@@ -1,0 +1,135 @@
+"""What one engine knows about each adapter between passes: its loaded index, and the start check.
+
+Owns `AdapterStates`: each adapter's `AdapterState` (live root, store, and
+its index, loaded once and reloaded when another process saved it), which
+indexes are new and not yet rebuilt from the manifest (`unseeded`: rebuilt
+only when a pass is about to write, so an idle pass never reads the durable
+side), and the index against the durable side at a start (a new mount
+instance since the last check: `start_checks`, see `syncengine.local.seed`).
+`syncengine.passes` runs the passes on top of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from syncengine.checkpoint import execute as checkpoint
+from syncengine.checkpoint import sqlite
+from syncengine.config import AdapterSpec
+from syncengine.durable.posix import probe
+from syncengine.errors import DurableError
+from syncengine.local import seed as seeding
+from syncengine.local import status
+from syncengine.local.index import Index, file_signature
+from syncengine.model import AdapterState
+from syncengine.report import AdapterReport
+
+if TYPE_CHECKING:  # the engine imports passes, which imports this module
+    from syncengine.engine import Engine
+
+
+class AdapterStates:
+    """The adapters' states of one `Engine`, with what it remembers between passes: the
+    loaded indexes, which are not yet seeded from the manifest, and which mount instance
+    each adapter was last checked against."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.config = engine.config
+        self.indexes: dict[str, Index] = {}
+        self.unseeded: set[str] = set()  # fresh indexes not yet rebuilt from the manifest
+        self._restored_fresh: set[str] = set()  # indexes this engine's restore built whole
+        self._checked: dict[str, str] = {}  # adapter -> mount instance checked (seed.due)
+
+    def state(self, spec: AdapterSpec) -> AdapterState:
+        """One adapter's live root, store and index (reloaded when another process saved it)."""
+        index_path = status.index_path(self.config.state_dir, spec.name)
+        index = self.indexes.get(spec.name)
+        if index is not None and index.file_sig != file_signature(index_path):
+            # Another process (a checkpoint typed by a person) saved it since: never
+            # continue from a stale manifest sequence.
+            index = None
+        if index is None:
+            index = Index.load(index_path)
+            if index is None:
+                index = Index()
+                self.unseeded.add(spec.name)
+            self.indexes[spec.name] = index
+        state_dir = self.config.state_dir
+        options = sqlite.Options(
+            staging=state_dir / "sqlite-staging",
+            quarantine=state_dir / "sqlite-quarantine",
+            busy_timeout=self.config.sqlite_busy_timeout,
+        )
+        return AdapterState(
+            name=spec.name,
+            live=spec.live,
+            store=self.engine.stores(spec.durable),
+            index=index,
+            index_path=index_path,
+            staging_marker=checkpoint.staging_marker(state_dir, spec.name),
+            segments=self.engine.log_matcher(spec.name),
+            sqlite=options,
+            sqlite_patterns=spec.sqlite,
+            notices=self.engine.notices,
+        )
+
+    def adapter_state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:
+        """`state`, its index rebuilt from the manifest first if it is new (`seed`)."""
+        state = self.state(spec)
+        if seed and spec.name in self.unseeded:
+            self.unseeded.discard(spec.name)
+            seeding.from_manifest(state)
+        return state
+
+    def states(
+        self, specs: Sequence[AdapterSpec], reports: list[AdapterReport]
+    ) -> list[AdapterState]:
+        states = []
+        for spec in specs:
+            try:
+                states.append(self.state(spec))
+            except DurableError as exc:
+                reports.append(AdapterReport(spec.name, fatal=str(exc)))
+        return states
+
+    def start_checks(
+        self, states: list[AdapterState], reports: list[AdapterReport], *, force: bool = False
+    ) -> list[AdapterState]:
+        """The index against the durable side, for each adapter at a start (a new mount
+        instance since its last check, or `force`): see `syncengine.local.seed`."""
+        now = probe.instance(self.config.durable_root)
+        kept, healthy = [], False
+        for state in states:
+            try:
+                forced = force and state.name not in self._restored_fresh
+                if forced or (
+                    self._checked.get(state.name) != now
+                    and seeding.due(self.config.state_dir, state.name, now)
+                ):
+                    if not healthy:  # an unmounted root must never look like an empty bucket
+                        self.engine.durable.check()
+                        healthy = True
+                    if state.name not in self.unseeded:
+                        seeding.check(state, now)
+                        self.indexes[state.name] = state.index
+                    seeding.remember(self.config.state_dir, state.name, now, self.engine.clock())
+                self._checked[state.name] = now
+            except DurableError as exc:
+                reports.append(AdapterReport(state.name, fatal=str(exc)))
+                continue
+            kept.append(state)
+        return kept
+
+    def check_durable(self, specs: Sequence[AdapterSpec]) -> list[AdapterReport]:
+        """`start_checks` forced for `specs`; the adapters that failed, as fatal reports."""
+        reports: list[AdapterReport] = []
+        self.start_checks(self.states(specs, reports), reports, force=True)
+        return reports
+
+    def remember_checked(self, name: str) -> None:
+        now = probe.instance(self.config.durable_root)
+        seeding.remember(self.config.state_dir, name, now, self.engine.clock())
+        self._checked[name] = now
+        self._restored_fresh.add(name)

@@ -1,0 +1,158 @@
+"""Verify's check of one manifest entry against its durable object.
+
+Owns `EntryChecker`: a file's object is there with its size (and, when
+sampled, read back and hashed); a segment chain resolves as restore
+resolves it, each object with its length; a SQLite snapshot is copied to a
+local temp file and checked as checkpoint and restore check it.  A copy that
+differs from its entry is judged by restore's rule (`recorded.judge`, with
+`Unrecorded` asking whether an interrupted checkpoint may have left a newer
+one).  Walking the manifest, sampling, resuming and reporting are
+`syncengine.ops.verify`'s.  Never writes to the durable side.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from syncengine.checkpoint import sqlite
+from syncengine.copier import stream
+from syncengine.durable import chain, chainread, recorded
+from syncengine.durable.manifest import Entry
+from syncengine.durable.store import ObjectInfo, Store
+from syncengine.errors import DurableError, SourceError, UnsafePath
+from syncengine.local.index import Index
+from syncengine.sqlite_check import UNCHECKED, CheckFailed
+
+
+def _size_problem(st: ObjectInfo | None, size: int, what: str) -> str | None:
+    if st is None:
+        return f"{what} is missing on the durable side"
+    if st.kind != "file":
+        return f"{what} is not a regular file on the durable side"
+    if size >= 0 and st.size != size:
+        how = "truncated" if st.size < size else "larger"
+        return f"{what} has {st.size} bytes, the manifest says {size} ({how})"
+    return None
+
+
+def _check_chain(
+    store: Store, entry: Entry, sample: bool, notes: list[str]
+) -> tuple[list[str], int | None]:
+    resolved = chain.load(store, entry)  # the objects restore would use, or SourceError
+    out = []
+    for i, piece in enumerate(resolved.pieces):
+        st = store.head(piece.name)
+        problem = _size_problem(st, piece.length, f"segment {piece.name}")
+        torn = st is not None and st.size < piece.length and i == len(resolved.pieces) - 1
+        if problem and torn and i >= resolved.recorded:
+            notes.append(
+                f"{entry.path}: last segment {piece.label} is cut short and no "
+                "manifest lists it (a killed publish): restore ends before it"
+            )
+        elif problem:
+            out.append(problem)
+    if out or not sample:
+        return out, None
+    read, _ = chainread.read(resolved, store, None)
+    return [], read.size
+
+
+@attrs.define
+class Unrecorded:
+    """`recorded.unrecorded_possible` for verify, asked only when a copy differs; asked
+    again each time until it is yes, since a checkpoint may run while verify reads."""
+
+    marker: Path
+    index_path: Path
+    seq: int
+    known: bool = False
+
+    def __call__(self) -> bool:
+        if not self.known:
+            self.known = recorded.unrecorded_possible(self.marker, self._meta, self.seq)
+        return self.known
+
+    def _meta(self) -> dict[str, Any]:
+        index = Index.load(self.index_path)
+        return index.meta if index is not None else {}
+
+
+@attrs.frozen
+class EntryChecker:
+    """Checks one adapter's entries (problems returned, notes appended)."""
+
+    store: Store
+    state_dir: Path
+    notes: list[str]
+    unrecorded: Unrecorded
+
+    def entry(self, entry: Entry, sample: bool) -> tuple[list[str], int | None]:
+        """(problems, bytes read back or None) for one manifest entry."""
+        try:
+            if entry.kind in ("symlink", "dir"):
+                return [], None  # recorded in the manifest only: no durable object
+            if entry.kind == "segments":
+                return _check_chain(self.store, entry, sample, self.notes)
+            if entry.kind == "file":
+                return self._file(entry, sample)
+            if entry.kind == "sqlite":
+                return self._sqlite(entry)
+        except UnsafePath as exc:
+            return [f"unsafe name in the manifest ({exc.reason})"], None
+        except SourceError as exc:
+            return [exc.reason], None
+        except OSError as exc:
+            return [f"cannot read: {exc.strerror or exc}"], None
+        self.notes.append(
+            f"{entry.path}: kind {entry.kind!r} not known to this version, not checked"
+        )
+        return [], None
+
+    def _judged(
+        self, entry: Entry, what: str, size: int, st: ObjectInfo, digest: int | None
+    ) -> list[str]:
+        verdict = recorded.judge(entry, size, st.mtime_ns, digest, unrecorded=self.unrecorded)
+        if verdict.newer:
+            self.notes.append(
+                f"{entry.path}: {what} is a newer complete version than the "
+                "manifest records (an interrupted checkpoint); restore takes it "
+                "and the next checkpoint records it"
+            )
+        return [f"{what} {verdict.problem}"] if verdict.problem else []
+
+    def _file(self, entry: Entry, sample: bool) -> tuple[list[str], int | None]:
+        st = self.store.head(entry.location)
+        problem = _size_problem(st, -1, entry.location)
+        if problem or st is None:
+            return [problem or ""], None
+        if not sample:
+            return self._judged(entry, entry.location, st.size, st, None), None
+        try:
+            with self.store.open(entry.location) as obj:
+                n, h = stream(obj.file, None, None, src_name=entry.location)
+        except DurableError as exc:  # this object only, as an OSError was before
+            return [f"cannot read: {exc}"], None
+        return self._judged(entry, entry.location, n, st, h), n
+
+    def _sqlite(self, entry: Entry) -> tuple[list[str], int | None]:
+        """The same check as checkpoint and restore: ``unchecked`` is a note, not a problem."""
+        where = f"snapshot {entry.location}"
+        st = self.store.head(entry.location)
+        problem = _size_problem(st, -1, where)
+        if problem or st is None:
+            return [problem or ""], None
+        try:
+            n, h, verdict = sqlite.check_durable_copy(
+                self.store, entry.location, self.state_dir / "verify"
+            )
+        except CheckFailed as exc:
+            return [f"{where}: could not be checked: {exc}"], None
+        except DurableError as exc:  # this object only, as an OSError was before
+            return [f"cannot read: {exc}"], None
+        out = [f"{where}: fails quick_check ({verdict.detail})"] if verdict.corrupt else []
+        if verdict.state == UNCHECKED:
+            self.notes.append(verdict.message(where))
+        return out + self._judged(entry, where, n, st, h), n
