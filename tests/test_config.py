@@ -163,9 +163,10 @@ def test_status_shows_values_and_their_sources(tree: Tree, cli: CliRunner) -> No
     tree.write("codex-home/a.json", "abc")
     cli("checkpoint", check=0)
     out = cli("--jobs", "3", "status", check=0)
-    assert f"local_root    {tree.local}  (env $AM_LOCAL)" in out.stdout
-    assert "jobs          3  (flag --jobs)" in out.stdout
-    assert "interval      15.0  (default)" in out.stdout
+    shown = " ".join(out.stdout.split())  # the column width follows the longest key
+    assert f"local_root {tree.local} (env $AM_LOCAL)" in shown
+    assert "jobs 3 (flag --jobs)" in shown
+    assert "interval 15.0 (default)" in shown
     assert "live tree does not exist yet" in out.stdout
     data = json.loads(cli("status", "--json", check=0).stdout)
     codex = next(a for a in data["adapters"] if a["name"] == "codex")

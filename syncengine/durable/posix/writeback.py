@@ -34,14 +34,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 if TYPE_CHECKING:
+    import urllib.error
+
     from syncengine.config import Config
     from syncengine.durable.posix.fuseserver import Server
     from syncengine.durable.posix.probe import Capabilities, MountInfo
@@ -208,6 +208,12 @@ class RcloneControl:
         return addr.replace("://:", "://127.0.0.1:", 1) if host.startswith(":") else addr
 
     def call(self, command: str, **params: Any) -> dict[str, Any]:
+        # Imported here: urllib.request (http.client, ssl, email) would add ~15 ms to
+        # every CLI start, and only a write-back mount with rclone's remote control
+        # ever calls this.
+        import urllib.error
+        import urllib.request
+
         request = urllib.request.Request(
             f"{self.url.rstrip('/')}/{command}",
             data=json.dumps(params).encode(),

@@ -9,7 +9,6 @@ Secrets never appear in `repr` or `describe`.
 
 from __future__ import annotations
 
-import configparser
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -109,6 +108,8 @@ def from_environment(url: str, env: Mapping[str, str]) -> S3Location:
 
 
 def _profile(path: str, section: str) -> dict[str, str]:
+    import configparser  # here, not at the top: every CLI start imports this module
+
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read(os.path.expanduser(path), encoding="utf-8")
