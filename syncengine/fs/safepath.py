@@ -136,7 +136,8 @@ class DirCache:
         else:
             self._fds.move_to_end(reldir)
         self._pins[reldir] = self._pins.get(reldir, 0) + 1
-        self._evict()  # after pinning: the entry just opened is never the one closed
+        if len(self._fds) > self.max_open:  # tested here: this runs per file in a restore
+            self._evict()  # after pinning: the entry just opened is never the one closed
         return fd
 
     def _release(self, reldir: str) -> None:
@@ -145,7 +146,8 @@ class DirCache:
             self._pins[reldir] = left
         else:
             del self._pins[reldir]
-        self._evict()
+        if len(self._fds) > self.max_open:
+            self._evict()
 
     def _evict(self) -> None:
         while len(self._fds) > self.max_open:
@@ -205,8 +207,8 @@ class _Parent(_Pinned):
     __slots__ = ("_name",)
 
     def __init__(self, cache: DirCache, relpath: str) -> None:
-        parent, _, self._name = relpath.rpartition("/")
-        super().__init__(cache, parent)
+        self._cache = cache
+        self._dir, _, self._name = relpath.rpartition("/")
 
     def __enter__(self) -> tuple[int, str]:  # type: ignore[override]
         return super().__enter__(), self._name

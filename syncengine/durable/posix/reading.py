@@ -102,16 +102,15 @@ class PosixReader:
         """
         fd = self._open_fd(relpath)
         try:
-            info = _info(relpath, os.fstat(fd), None)
-        except BaseException as exc:
+            st = os.fstat(fd)
+        except OSError as exc:
             os.close(fd)
-            if isinstance(exc, OSError):
-                raise durable_error("stat", self.where(relpath), exc) from exc
-            raise
-        if info.kind != "file":
+            raise durable_error("stat", self.where(relpath), exc) from exc
+        if not stat.S_ISREG(st.st_mode):
             os.close(fd)
-            return _Open(Opened(info, io.BytesIO()), None)
+            return _Open(Opened(_info(relpath, st, None), io.BytesIO()), None)
         f = io.FileIO(fd, "rb", closefd=True)
+        info = ObjectInfo(relpath, st.st_size, st.st_mtime_ns, st.st_mode & 0o7777, "file", None)
         return _Open(Opened(info, f), f)
 
     def read_bytes(self, relpath: str) -> bytes:
