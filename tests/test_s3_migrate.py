@@ -174,6 +174,29 @@ def test_a_legacy_tree_in_the_bucket_migrates_and_restores(old: Bucket) -> None:
     assert os.stat(fresh / "hermes/config.yaml").st_mtime_ns == OLD
 
 
+def test_status_names_the_legacy_home_by_its_url(old: Bucket) -> None:
+    out = _ok(old.run("status"))
+    assert f"s3://{old.bucket}/data/home  (config {old.config})" in out and "/s3:" not in out
+
+
+def test_a_local_home_is_copied_into_the_bucket(tmp_path: Path, s3_server: S3Server) -> None:
+    """No ``home`` in the bucket: the legacy tree under $HOME on this machine is read
+    from disk, as with a mount, and copied into the checkpoint in the bucket (kept)."""
+    b = Bucket(tmp_path, s3_server, '["gemini"]')
+    b.config.write_text('adapters = ["gemini"]\n')
+    legacy = b.base / "home/.gemini/settings.json"
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text('{"a": 1}')
+    os.utime(legacy, ns=(OLD, OLD))
+    _ok(b.run("migrate"))
+    assert b.objects() == {"state/gemini/settings.json": b'{"a": 1}'} | {
+        k: v for k, v in b.objects().items() if "/.syncengine/" in k
+    }
+    entry = manifest.load(b.store("state/gemini")).entries["settings.json"]
+    assert entry.mtime_ns == OLD and legacy.exists()
+    assert "nothing to do (already migrated)" in _ok(b.run("migrate"))
+
+
 def test_a_home_in_another_bucket_is_refused(old: Bucket) -> None:
     old.config.write_text('adapters = ["gemini"]\nhome = "s3://other-bucket/home"\n')
     proc = old.run("migrate")
