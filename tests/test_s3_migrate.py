@@ -246,6 +246,8 @@ def test_a_rename_killed_midway_is_completed_by_the_next_run(
 
     out = _ok(b.run("migrate"))
     assert "complete the rename a killed run began" in out
+    assert "done: recorded" in out  # the first run was killed before its manifest
+    assert len(manifest.load(b.store("state/hermes")).entries) == 150
     now = b.objects("home/")
     want = {k.replace("/.hermes/", "/.hermes.pre-agent-state/"): v for k, v in legacy.items()}
     assert now == want, "every object exactly once, under the new name"

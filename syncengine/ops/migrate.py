@@ -261,49 +261,60 @@ def run(ctx: Setup, *, dry_run: bool) -> MigrateReport:
         lock.acquire()
     try:
         for spec in ctx.config.adapters:
-            copied: list[Entry] = []
-            for step in (None, *spec.migrate):
-                try:
-                    actions = (
-                        plan_dirs(ctx, spec)
-                        if step is None
-                        else plan_step(ctx, spec, step, ctx.clock())
-                    )
-                except DurableError as exc:
-                    errors.append(f"{spec.name}: {getattr(step, 'action', 'mkdir')}: {exc}")
-                    continue
-                failed = False
-                for action in actions:
-                    if isinstance(action, Note):
-                        lines.append(str(action))
-                        continue
-                    changes += 1
-                    if dry_run:
-                        lines.append(f"would {action}")
-                        continue
-                    if failed and isinstance(action, Move | Link):
-                        errors.append(
-                            f"not done: {action}: an earlier action of this step "
-                            "failed (the next run copies again from there)"
-                        )
-                        continue
-                    try:
-                        entry = execute(ctx, spec, action)
-                    except (DurableError, SourceError, OSError) as exc:
-                        errors.append(f"{action}: {exc}")
-                        failed = True
-                        continue
-                    lines.append(f"done: {action}")
-                    if entry is not None:
-                        copied.append(entry)
-            if copied:
-                try:
-                    lines.append(record(ctx, spec, copied))
-                except DurableError as exc:
-                    errors.append(f"{spec.name}: manifest: {exc}")
+            changes += _run_adapter(ctx, spec, dry_run, lines, errors)
     finally:
         lock.release()
     return _report(ctx, lines, changes, errors, dry_run)
+
+
+def _run_adapter(
+    ctx: Setup, spec: AdapterSpec, dry_run: bool, lines: list[str], errors: list[str]
+) -> int:
+    """One adapter's steps in order, then its copies recorded; returns the changes."""
+    copied: list[Entry] = []
+    renamed = False  # a copied legacy directory renamed: its copies are all in place
+    changes = 0
+    for step in (None, *spec.migrate):
+        try:
+            actions = (
+                plan_dirs(ctx, spec) if step is None else plan_step(ctx, spec, step, ctx.clock())
+            )
+        except DurableError as exc:
+            errors.append(f"{spec.name}: {getattr(step, 'action', 'mkdir')}: {exc}")
+            continue
+        failed = False
+        for action in actions:
+            if isinstance(action, Note):
+                lines.append(str(action))
+                continue
+            changes += 1
+            if dry_run:
+                lines.append(f"would {action}")
+                continue
+            if failed and isinstance(action, Move | Link):
+                errors.append(
+                    f"not done: {action}: an earlier action of this step "
+                    "failed (the next run copies again from there)"
+                )
+                continue
+            try:
+                entry = execute(ctx, spec, action)
+            except (DurableError, SourceError, OSError) as exc:
+                errors.append(f"{action}: {exc}")
+                failed = True
+                continue
+            lines.append(f"done: {action}")
+            renamed |= isinstance(action, Move) and getattr(step, "action", "") == "copy_tree"
+            if entry is not None:
+                copied.append(entry)
+    try:
+        # A run killed after the copies, before this record, leaves copies no manifest
+        # lists; the next run copies nothing, and the rename it completes records them.
+        if copied or (renamed and not manifest.load(ctx.store(spec.durable)).last_seq):
+            lines.append(record(ctx, spec, copied))
+    except DurableError as exc:
+        errors.append(f"{spec.name}: manifest: {exc}")
+    return changes
 
 
 def _report(
