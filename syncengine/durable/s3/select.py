@@ -5,8 +5,9 @@ The Config holds the bucket (`S3Location`) and a virtual root path standing for 
 prefix (``/s3:/BUCKET/PREFIX``); an adapter's durable directory, a path under that
 root, becomes the store of the same relative prefix in the bucket, so the layout of
 objects is the one a mount of the bucket would show; another path in the bucket
-(``/s3:/BUCKET/KEY``: migrate's legacy ``home``) is the store of that prefix.  The client library is
-imported here, lazily: without the ``s3`` extra the engine stops with a one-line
+(``/s3:/BUCKET/KEY``: migrate's legacy ``home``) is the store of that prefix.
+`migration` gives `syncengine migrate` its stores and renames.  The client library
+is imported here, lazily: without the ``s3`` extra the engine stops with a one-line
 error naming it.
 """
 
