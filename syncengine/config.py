@@ -214,7 +214,7 @@ def config_from_dict(
     journal_dir = layers.path("journal_dir", default=str(durable_root / "journal"))
     busy = layers.number("sqlite_busy_timeout", default=DEFAULT_SQLITE_BUSY_TIMEOUT)
     plain_after = layers.number("plain_after", default=DEFAULT_PLAIN_AFTER)
-    home = layers.path("home", env_key="HOME") if layers.has("home", "HOME") else None
+    home = _home(layers, s3) if layers.has("home", "HOME") else None
     require_mount = _require_mount(layers)
     specs = adapter_specs(layers, builtin_adapters(), local_root, durable_root)
     check_overlaps(specs, state_dir)
@@ -272,6 +272,18 @@ def _durable_root(layers: Layers, env: Mapping[str, str]) -> tuple[Path, S3Locat
     except ValueError as exc:
         raise ConfigError(f"{layers.sources['durable_root']}: {exc}") from exc
     return s3_location.virtual_root(s3), s3
+
+
+def _home(layers: Layers, s3: S3Location | None) -> Path:
+    """A directory, or (migrate from a legacy tree in the bucket) ``s3://BUCKET/KEY`` in
+    the bucket of an s3:// durable_root: its path under `s3_location.bucket_root`."""
+    value = layers.get("home", "HOME", None)
+    if not (isinstance(value, str) and s3_location.is_s3(value)):
+        return layers.path("home", env_key="HOME")
+    try:
+        return s3_location.virtual_path(value, s3)
+    except ValueError as exc:
+        raise ConfigError(f"{layers.sources['home']}: home {exc}") from exc
 
 
 def _write_back(layers: Layers) -> tuple[bool | None, str | None]:

@@ -312,15 +312,17 @@ class Engine:
         """Move a deployment from the old rsync layout (see `syncengine.ops.migrate`)."""
         from syncengine.ops import migrate as migrate_
 
-        if self.config.s3 is not None:
-            raise ConfigError(
-                "migrate renames in the durable tree: run it with durable_root "
-                "on a directory or mount of the bucket, not s3://"
-            )
         self.durable.check()
-        ctx = migrate_.Setup(
-            self.config, self.clock, self.durable.lazy_store, posix_store.rename_new
-        )
+        if self.config.s3 is None:
+            ctx = migrate_.Setup(
+                self.config, self.clock, self.durable.lazy_store, posix_store.rename_new
+            )
+        else:  # a legacy tree in the bucket: renames are copies and deletes per object
+            from syncengine.durable.s3 import select as s3_select
+
+            ctx = migrate_.Setup(
+                self.config, self.clock, *s3_select.migration(self.config, self.durable.lazy_store)
+            )
         return migrate_.run(ctx, dry_run=dry_run)
 
     def journal(self) -> Journal:

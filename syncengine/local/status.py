@@ -18,6 +18,7 @@ from typing import Any
 
 from syncengine.config import AdapterSpec, Config
 from syncengine.durable.posix import probe
+from syncengine.durable.s3 import location as s3_location
 from syncengine.fs import savefile
 from syncengine.local.index import Index
 from syncengine.patterns import Matcher
@@ -147,6 +148,8 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
     shown["adapters"] = [[s.name for s in cfg.adapters], cfg.sources.get("adapters")]
     if cfg.s3 is not None:  # backend, endpoint and bucket; never a secret
         shown["durable_root"] = [cfg.s3.describe(), cfg.sources.get("durable_root")]
+        if cfg.home is not None:  # a legacy home in the bucket: its s3:// URL
+            shown["home"][0] = s3_location.shown(cfg.s3, str(cfg.home))
         if cfg.journal_dir is not None:
             shown["journal_dir"][0] = _durable(cfg, cfg.journal_dir)
     return {

@@ -17,27 +17,33 @@ a checkpoint are recorded in its manifest (a base including what was already
 there when the checkpoint had no manifest, else a delta), and the adapter's
 local index is dropped so it is rebuilt from that manifest.
 
-Open files (``snapshot_open``) are copied by `syncengine.restore.openfiles`.
+Open files (``snapshot_open``) are copied by `syncengine.restore.openfiles`;
+migrate_execute.py carries the actions out.
+
+On an ``s3://`` durable root the legacy trees are prefixes in the bucket (config
+``home = "s3://..."``), read through their `Store` with each object's mode and
+mtime (`migrate_execute.listed`); a durable directory needs no creating; a rename
+is a copy and a delete per object (`Setup.rename`), not atomic, so a name that
+holds a rename a killed run left half done is chosen again and the rename
+completed (`Setup.unfinished`); the bucket holds no links, so a link into it is a
+note.  Messages name ``s3://`` URLs, never the config's placeholder paths.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import attrs
-
-from syncengine.config import AdapterSpec, Config, MigrateStep
-from syncengine.copier import upload
+from syncengine.config import AdapterSpec, MigrateStep
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
-from syncengine.durable.store import ObjectInfo, Store
-from syncengine.errors import DurableError, SourceError, durable_error
-from syncengine.fs import savefile
+from syncengine.durable.s3.location import in_bucket, shown
+from syncengine.durable.store import Store
+from syncengine.errors import DurableError, SourceError
 from syncengine.local.lock import StateLock
-from syncengine.local.status import index_path
 from syncengine.ops.migrate_actions import (
     Action,
     Copy,
@@ -46,23 +52,13 @@ from syncengine.ops.migrate_actions import (
     MigrateReport,
     Move,
     Note,
+    Setup,
     Unlink,
 )
-from syncengine.patterns import Matcher, compile_patterns, database_patterns
+from syncengine.ops.migrate_execute import db_matcher, execute, link_target, listed, record
+from syncengine.patterns import compile_patterns
 from syncengine.plan import Fetch, LocalState, MakeLink, plan_restore_entry
 from syncengine.restore import openfiles
-from syncengine.restore.openfiles import SnapshotOpen
-
-
-@attrs.frozen
-class Setup:
-    """What migrate works with, given explicitly by its caller (the engine)."""
-
-    config: Config
-    clock: Callable[[], int]
-    store: Callable[[Path], Store]  # the durable directory at a path (probed before a write)
-    rename: Callable[[Path, str, str], None]  # (dir, name, new name): old-layout renames
-
 
 # -- planning ---------------------------------------------------------------
 
@@ -87,9 +83,14 @@ def _expand(text: str, ctx: Setup, spec: AdapterSpec, source: Path | None = None
     return Path(os.path.normpath(text))
 
 
-def plan_dirs(spec: AdapterSpec) -> list[Action]:
-    """The design entrypoint's first step: every live and durable directory exists."""
-    return [MakeDir(p) for p in (spec.live, spec.durable) if not os.path.isdir(p)]
+def plan_dirs(ctx: Setup, spec: AdapterSpec) -> list[Action]:
+    """The design entrypoint's first step: every live and durable directory exists (in a
+    bucket a directory is only a prefix: nothing to create)."""
+    return [
+        MakeDir(p)
+        for p in (spec.live, spec.durable)
+        if not in_bucket(ctx.config.s3, p) and not os.path.isdir(p)
+    ]
 
 
 def plan_step(ctx: Setup, spec: AdapterSpec, step: MigrateStep, now_ns: int) -> list[Action]:
@@ -108,7 +109,7 @@ def plan_step(ctx: Setup, spec: AdapterSpec, step: MigrateStep, now_ns: int) -> 
         ]
     store = ctx.store(spec.durable)
     if step.action == "quarantine":
-        return _plan_quarantine(store, spec, step, now_ns)
+        return _plan_quarantine(ctx, store, spec, step, now_ns)
     return [Note(a) if isinstance(a, str) else a for a in openfiles.plan(spec, step, store)]
 
 
@@ -127,10 +128,6 @@ def _plan_unlink(ctx: Setup, spec: AdapterSpec, step: MigrateStep) -> list[Actio
     return [Unlink(path, target, then_mkdir=True)]
 
 
-def _db_matcher(spec: AdapterSpec) -> Matcher:
-    return compile_patterns(database_patterns(spec.sqlite), where="sqlite")
-
-
 def _plan_copy_tree(ctx: Setup, spec: AdapterSpec, step: MigrateStep, now_ns: int) -> list[Action]:
     src = _expand(step.source, ctx, spec)
     link_to = _expand(step.link_to, ctx, spec, src) if step.link_to else None
@@ -138,7 +135,7 @@ def _plan_copy_tree(ctx: Setup, spec: AdapterSpec, step: MigrateStep, now_ns: in
     if found is None:
         return [
             Note(f"{spec.name}: nothing at {src}: nothing to copy"),
-            *([Link(src, link_to)] if link_to else []),
+            *([_link(ctx, spec, src, link_to)] if link_to else []),
         ]
     if found.kind == "link":
         if link_to:
@@ -153,13 +150,39 @@ def _plan_copy_tree(ctx: Setup, spec: AdapterSpec, step: MigrateStep, now_ns: in
         new = _expand(step.rename_to, ctx, spec, src)
         if new.parent != src.parent:
             return [*actions, Note(f"{spec.name}: rename_to {new} must stay beside {src}")]
-        if os.path.lexists(new):  # the rollback name is taken: a timestamped one
-            stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(now_ns / 1e9))
-            new = new.with_name(f"{new.name}.{stamp}")
-        actions.append(Move(src.parent, src.name, new.name))
+        stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(now_ns / 1e9))
+        actions.append(_move(ctx, src.parent, src.name, new.name, stamp))
         if link_to:
-            actions.append(Link(src, link_to))
+            actions.append(_link(ctx, spec, src, link_to))
     return actions or [Note(f"{spec.name}: {src} already copied: nothing to do")]
+
+
+def _move(ctx: Setup, root: Path, rel: str, new_rel: str, stamp: str) -> Move:
+    """A rename of `rel` to `new_rel`, or (the name is taken) to ``new_rel.<stamp>``; in a
+    bucket, to a name a killed run's rename of `rel` half filled, to complete it."""
+    if in_bucket(ctx.config.s3, root):
+        if ctx.store(root).head(new_rel) is None:
+            return Move(root, rel, new_rel)
+        head, _, base = new_rel.rpartition("/")
+        pattern = re.compile(re.escape(base) + r"\.\d+")
+        stamped = [n for n in ctx.store(root).names(head) if pattern.fullmatch(n)]
+        for name in [base, *stamped]:
+            candidate = f"{head}/{name}" if head else name
+            if ctx.unfinished(root, rel, candidate):
+                return Move(root, rel, candidate, resume=True)
+    elif not os.path.lexists(root / new_rel):
+        return Move(root, rel, new_rel)
+    return Move(root, rel, f"{new_rel}.{stamp}")
+
+
+def _link(ctx: Setup, spec: AdapterSpec, path: Path, target: Path) -> Action:
+    """`Link`, but not in a bucket: it holds no links, and no harness has its home there."""
+    if in_bucket(ctx.config.s3, path):
+        return Note(
+            f"{spec.name}: {path} is in the bucket: no link to {target} there (the S3 API "
+            "has no links; point the harness's home at the live tree)"
+        )
+    return Link(path, target)
 
 
 def _relink(spec: AdapterSpec, path: Path, target: Path) -> Action:
@@ -174,15 +197,15 @@ def _plan_copies(ctx: Setup, spec: AdapterSpec, step: MigrateStep, src: Path) ->
     store = ctx.store(spec.durable)
     entries = manifest.load(store).entries if store.exists() else {}
     excluded = compile_patterns(spec.exclude, where=f"adapter {spec.name!r} exclude")
-    dbs = _db_matcher(spec)
+    dbs = db_matcher(spec)
     actions: list[Action] = []
-    for info in sorted(ctx.store(src).list(), key=lambda i: i.key):
+    for info in sorted(listed(ctx, src), key=lambda i: i.key):
         rel = info.key
         dest = f"{step.to.strip('/')}/{rel}" if step.to.strip("/") else rel
         raw_db = dbs.excluded(dest, False)
         if not raw_db and excluded.excluded(dest, False):
             continue
-        link = _target(info, src)
+        link = link_target(info, src)
         if link is not None and raw_db:
             continue
         kind = "symlink" if link is not None else "file"
@@ -195,15 +218,6 @@ def _plan_copies(ctx: Setup, spec: AdapterSpec, step: MigrateStep, src: Path) ->
                 Copy(spec.name, src, rel, dest, not raw_db, decision.reason, link, info.mtime_ns)
             )
     return actions
-
-
-def _target(info: ObjectInfo, root: Path) -> str | None:
-    """A listed link's target (None: not a link); one that cannot be read stops the step."""
-    if info.kind != "link":
-        return None
-    if info.target is None:
-        raise DurableError(f"read the symlink {root / info.key}: it cannot be read")
-    return info.target
 
 
 def _dest_state(store: Store, entry: Entry | None, dest: str) -> LocalState | None:
@@ -219,21 +233,16 @@ def _dest_state(store: Store, entry: Entry | None, dest: str) -> LocalState | No
 
 
 def _plan_quarantine(
-    store: Store, spec: AdapterSpec, step: MigrateStep, now_ns: int
+    ctx: Setup, store: Store, spec: AdapterSpec, step: MigrateStep, now_ns: int
 ) -> list[Action]:
-    import fnmatch
-
     to = step.to.strip("/")
     actions: list[Action] = []
     for name in store.names(""):
-        st = store.head(name)
-        if st is None or st.kind != "file":
+        if not any(fnmatch.fnmatchcase(name, p) for p in step.patterns):
             continue
-        if any(fnmatch.fnmatchcase(name, p) for p in step.patterns):
-            new = f"{to}/{name}"
-            if store.head(new) is not None:
-                new = f"{new}.{now_ns}"
-            actions.append(Move(spec.durable, name, new))
+        st = store.head(name)
+        if st is not None and st.kind == "file":
+            actions.append(_move(ctx, spec.durable, name, f"{to}/{name}", str(now_ns)))
     return actions or [
         Note(f"{spec.name}: no {' '.join(step.patterns)} in {spec.durable}: nothing to quarantine")
     ]
@@ -252,138 +261,75 @@ def run(ctx: Setup, *, dry_run: bool) -> MigrateReport:
         lock.acquire()
     try:
         for spec in ctx.config.adapters:
-            copied: list[Entry] = []
-            for step in (None, *spec.migrate):
-                try:
-                    actions = (
-                        plan_dirs(spec) if step is None else plan_step(ctx, spec, step, ctx.clock())
-                    )
-                except DurableError as exc:
-                    errors.append(f"{spec.name}: {getattr(step, 'action', 'mkdir')}: {exc}")
-                    continue
-                failed = False
-                for action in actions:
-                    if isinstance(action, Note):
-                        lines.append(str(action))
-                        continue
-                    changes += 1
-                    if dry_run:
-                        lines.append(f"would {action}")
-                        continue
-                    if failed and isinstance(action, Move | Link):
-                        errors.append(
-                            f"not done: {action}: an earlier action of this step "
-                            "failed (the next run copies again from there)"
-                        )
-                        continue
-                    try:
-                        entry = _execute(ctx, spec, action)
-                    except (DurableError, SourceError, OSError) as exc:
-                        errors.append(f"{action}: {exc}")
-                        failed = True
-                        continue
-                    lines.append(f"done: {action}")
-                    if entry is not None:
-                        copied.append(entry)
-            if copied:
-                try:
-                    lines.append(_record(ctx, spec, copied))
-                except DurableError as exc:
-                    errors.append(f"{spec.name}: manifest: {exc}")
+            changes += _run_adapter(ctx, spec, dry_run, lines, errors)
     finally:
         lock.release()
+    return _report(ctx, lines, changes, errors, dry_run)
+
+
+def _run_adapter(
+    ctx: Setup, spec: AdapterSpec, dry_run: bool, lines: list[str], errors: list[str]
+) -> int:
+    """One adapter's steps in order, then its copies recorded; returns the changes."""
+    copied: list[Entry] = []
+    renamed = False  # a copied legacy directory renamed: its copies are all in place
+    changes = 0
+    for step in (None, *spec.migrate):
+        try:
+            actions = (
+                plan_dirs(ctx, spec) if step is None else plan_step(ctx, spec, step, ctx.clock())
+            )
+        except DurableError as exc:
+            errors.append(f"{spec.name}: {getattr(step, 'action', 'mkdir')}: {exc}")
+            continue
+        failed = False
+        for action in actions:
+            if isinstance(action, Note):
+                lines.append(str(action))
+                continue
+            changes += 1
+            if dry_run:
+                lines.append(f"would {action}")
+                continue
+            if failed and isinstance(action, Move | Link):
+                errors.append(
+                    f"not done: {action}: an earlier action of this step "
+                    "failed (the next run copies again from there)"
+                )
+                continue
+            try:
+                entry = execute(ctx, spec, action)
+            except (DurableError, SourceError, OSError) as exc:
+                errors.append(f"{action}: {exc}")
+                failed = True
+                continue
+            lines.append(f"done: {action}")
+            renamed |= isinstance(action, Move) and getattr(step, "action", "") == "copy_tree"
+            if entry is not None:
+                copied.append(entry)
+    try:
+        # A run killed after the copies, before this record, leaves copies no manifest
+        # lists; the next run copies nothing, and the rename it completes records them.
+        if copied or (renamed and not manifest.load(ctx.store(spec.durable)).last_seq):
+            lines.append(record(ctx, spec, copied))
+    except DurableError as exc:
+        errors.append(f"{spec.name}: manifest: {exc}")
+    return changes
+
+
+def _report(
+    ctx: Setup, lines: list[str], changes: int, errors: list[str], dry_run: bool
+) -> MigrateReport:
     if not changes:
         lines.append("migrate: nothing to do (already migrated)")
     else:
         lines.append(f"migrate: {changes} change(s){' planned (dry run)' if dry_run else ''}")
-    return MigrateReport(tuple(lines), changes, tuple(errors), dry_run)
-
-
-def _execute(ctx: Setup, spec: AdapterSpec, action: Action) -> Entry | None:
-    if isinstance(action, MakeDir):
-        os.makedirs(action.path, mode=0o700, exist_ok=True)
-    elif isinstance(action, Unlink):  # the symlink itself; its target is never touched
-        if action.durable:
-            ctx.store(action.path.parent).delete(action.path.name)
-        else:
-            os.unlink(action.path)
-        if action.then_mkdir:
-            os.makedirs(action.path, mode=0o700, exist_ok=True)
-    elif isinstance(action, Link):
-        _link(action)
-    elif isinstance(action, Move):
-        ctx.rename(action.store, action.rel, action.new_rel)
-    elif isinstance(action, SnapshotOpen):
-        openfiles.snapshot(ctx.store(spec.durable), action, ctx.clock())
-    elif isinstance(action, Copy):
-        if action.link_target is not None:
-            return Entry(
-                action.dest, "symlink", mtime_ns=action.mtime_ns, target=action.link_target
-            )
-        c = upload(
-            ctx.store(spec.durable),
-            os.fspath(action.src_root),
-            action.rel,
-            known_hash=None,
-            known_size=None,
-            dest=action.dest,
-        )
-        if action.listed:
-            return Entry(
-                action.dest, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64, object=c.object
-            )
-    return None
-
-
-def _link(action: Link) -> None:
-    """`ln -sfn`, but a real directory or file at the path is never replaced."""
-    path = action.path
-    if os.path.lexists(path) and not path.is_symlink():
-        raise SourceError(
-            os.fspath(path),
-            "link",
-            "a real file or directory is there: not "
-            "replaced; move it away (it is the harness's old data) and run "
-            "migrate again",
-        )
-    os.makedirs(path.parent, exist_ok=True)
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        savefile.place_symlink(os.fspath(action.target), path.name, dir_fd=fd)
-    finally:
-        os.close(fd)
-
-
-def _record(ctx: Setup, spec: AdapterSpec, copied: list[Entry]) -> str:
-    """Record migrated files in the checkpoint's manifest; drop the (cached) index."""
-    store = ctx.store(spec.durable)
-    mstate = manifest.load(store)
-    seq = mstate.last_seq + 1
-    entries: dict[str, Entry] = {}
-    kind = "delta"
-    if not mstate.last_seq:  # no manifest yet: the base also lists what was already there
-        kind = "base"
-        excluded = compile_patterns(spec.exclude, where=f"adapter {spec.name!r} exclude")
-        dbs = _db_matcher(spec)
-        for info in store.list():  # a link is listed with its target
-            rel = info.key
-            if excluded.excluded(rel, False) or dbs.excluded(rel, False):
-                continue
-            if info.kind == "link":
-                entries[rel] = Entry(
-                    rel, "symlink", mtime_ns=info.mtime_ns, target=_target(info, spec.durable)
-                )
-            else:
-                entries[rel] = Entry(rel, "file", info.size, info.mtime_ns, info.mode)
-    entries.update((e.path, e) for e in copied)
-    store.barrier()
-    name = manifest.write(store, spec.name, seq, kind, entries.values(), created_ns=ctx.clock())
-    local = index_path(ctx.config.state_dir, spec.name)
-    try:
-        local.unlink(missing_ok=True)
-    except OSError as exc:
-        raise durable_error("remove the local index", local, exc) from exc
-    return f"done: recorded {len(copied)} migrated path(s) in {spec.name}:{name}"
+    return MigrateReport(
+        tuple(shown(ctx.config.s3, line) for line in lines),
+        changes,
+        tuple(shown(ctx.config.s3, line) for line in errors),
+        dry_run,
+    )
 
 
 __all__ = ["Action", "MigrateReport", "Setup", "plan_dirs", "plan_step", "run"]

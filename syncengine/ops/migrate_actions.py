@@ -1,16 +1,37 @@
 """What `syncengine migrate` plans: one frozen action per change, with a readable line.
 
-Owns the action values and the report; migrate.py decides them from the disk
-and carries them out (a dry run prints them).
+Owns the action values, the report, and `Setup` (what migrate is given); migrate.py
+decides the actions from the disk (or the bucket), migrate_execute.py carries them
+out (a dry run prints them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
+from syncengine.config import Config
+from syncengine.durable.store import Store
 from syncengine.restore.openfiles import SnapshotOpen
+
+
+def _never(path: Path, rel: str, new_rel: str) -> bool:
+    return False
+
+
+@attrs.frozen
+class Setup:
+    """What migrate works with, given explicitly by its caller (the engine)."""
+
+    config: Config
+    clock: Callable[[], int]
+    store: Callable[[Path], Store]  # the durable directory at a path (probed before a write)
+    rename: Callable[[Path, str, str], None]  # (dir, name, new name): old-layout renames
+    # (dir, name, new name): whether the new name holds a rename a killed run left half
+    # done, which `rename` completes (a bucket: copy and delete per object; never on disk)
+    unfinished: Callable[[Path, str, str], bool] = _never
 
 
 @attrs.frozen
@@ -75,9 +96,11 @@ class Move:
     store: Path
     rel: str
     new_rel: str
+    resume: bool = False  # the new name holds this rename half done (a bucket): complete it
 
     def __str__(self) -> str:
-        return f"rename {self.store}/{self.rel} -> {self.store}/{self.new_rel}"
+        again = " (complete the rename a killed run began)" if self.resume else ""
+        return f"rename {self.store}/{self.rel} -> {self.store}/{self.new_rel}{again}"
 
 
 @attrs.frozen
@@ -105,4 +128,14 @@ class MigrateReport:
         return 1 if self.errors else 0
 
 
-__all__ = ["Action", "Copy", "Link", "MakeDir", "MigrateReport", "Move", "Note", "Unlink"]
+__all__ = [
+    "Action",
+    "Copy",
+    "Link",
+    "MakeDir",
+    "MigrateReport",
+    "Move",
+    "Note",
+    "Setup",
+    "Unlink",
+]

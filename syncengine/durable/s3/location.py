@@ -54,6 +54,38 @@ def virtual_root(where: S3Location) -> Path:
     return Path("/s3:", where.bucket, *filter(None, where.prefix.split("/")))
 
 
+def bucket_root(where: S3Location) -> Path:
+    """The path standing for the whole bucket (``/s3:/BUCKET``): `virtual_root` without
+    the prefix; a legacy tree beside the durable prefix (migrate's `home`) is under it."""
+    return Path("/s3:", where.bucket)
+
+
+def in_bucket(where: S3Location | None, path: Path) -> bool:
+    """Whether `path` stands for keys in the bucket of `where` (None: no bucket)."""
+    return where is not None and (path == bucket_root(where) or bucket_root(where) in path.parents)
+
+
+def virtual_path(url: str, where: S3Location | None) -> Path:
+    """``s3://BUCKET/KEY`` in the bucket of an s3:// durable root -> its path under
+    `bucket_root` (config key ``home``); ValueError when it names another bucket or the
+    durable root is not a bucket."""
+    bucket, prefix = parse_url(url)
+    if where is None or bucket != where.bucket:
+        raise ValueError(
+            f"{url} is in a bucket: give durable_root as s3://{bucket}/... (the same bucket)"
+        )
+    return Path(bucket_root(where), *filter(None, prefix.split("/")))
+
+
+def shown(where: S3Location | None, text: str) -> str:
+    """`text` with each path under `bucket_root` written as its ``s3://`` URL (messages)."""
+    if where is None:
+        return text
+    return text.replace(f"{bucket_root(where)}/", f"{SCHEME}{where.bucket}/").replace(
+        str(bucket_root(where)), f"{SCHEME}{where.bucket}"
+    )
+
+
 def parse_url(url: str) -> tuple[str, str]:
     """``s3://BUCKET/PREFIX`` -> (bucket, prefix); ValueError when it is not one."""
     if not url.startswith(SCHEME):

@@ -10,6 +10,7 @@ conflicting concurrent create: `SharedRoot`); reads are GETs, ranged for
 as seconds.nanoseconds, ``mode`` octal), so a bucket written through an rclone
 mount reads the same here and the reverse.  No links: `list` never reports one.
 `barrier` is nothing and `confirm` is True (the PUT's answer is the commit).
+`rename_new` (migrate only) is a copy and a delete per object (moves.py).
 Objects above `SINGLE_PUT_MAX` go up in parts (multipart.py); `sweep_staging`
 aborts the uploads a killed run left open.
 
@@ -41,7 +42,7 @@ except ImportError as _exc:  # pragma: no cover - the extra is installed in the 
         "the S3 durable backend needs the s3 extra: pip install 'syncengine[s3]'"
     ) from _exc
 
-from syncengine.durable.s3 import failures, multipart
+from syncengine.durable.s3 import failures, moves, multipart
 from syncengine.durable.s3.location import S3Location
 from syncengine.durable.store import META_DIR, AtomicPutStore, ObjectInfo, Opened, Store
 from syncengine.errors import CommitRefused, DurableError, NameTaken, SharedRoot
@@ -114,7 +115,7 @@ class S3Store(AtomicPutStore):
     def where(self, key: str) -> str:
         return self.location.url(key)
 
-    def _fail(self, operation: str, key: str, exc: BaseException) -> DurableError:
+    def fail(self, operation: str, key: str, exc: BaseException) -> DurableError:
         return failures.durable(operation, self.location, key, exc)
 
     def exists(self) -> bool:
@@ -124,7 +125,7 @@ class S3Store(AtomicPutStore):
                 return bool(chunk)
             return False
         except Exception as exc:
-            raise self._fail("list", "", exc) from exc
+            raise self.fail("list", "", exc) from exc
 
     # -- writing ---------------------------------------------------------
     @contextmanager
@@ -179,7 +180,7 @@ class S3Store(AtomicPutStore):
                 ) from exc
             if "409" in str(exc) or "ConditionalRequestConflict" in str(exc):
                 raise self._shared(key) from exc
-            raise self._fail("put", key, exc) from exc
+            raise self.fail("put", key, exc) from exc
 
     def _shared(self, key: str) -> SharedRoot:
         return SharedRoot(
@@ -201,8 +202,20 @@ class S3Store(AtomicPutStore):
         try:
             obstore.delete(self.client, key)
         except Exception as exc:
-            raise self._fail("delete", key, exc) from exc
+            raise self.fail("delete", key, exc) from exc
         return True
+
+    def rename_new(self, relpath: str, new_relpath: str) -> None:
+        """Move an object, or every object below a legacy directory (migrate only), to a
+        name that is free: copy, confirm, then delete; not atomic, a rerun completes it
+        (moves.py)."""
+        self._writing()
+        moves.rename_new(self, relpath, new_relpath)
+
+    def unfinished_rename(self, relpath: str, new_relpath: str) -> bool:
+        """Whether `new_relpath` holds a rename of `relpath` that a killed run left half
+        done (`rename_new` to it completes it)."""
+        return moves.unfinished(self, relpath, new_relpath)
 
     def sweep_staging(self) -> int:
         """Abort multipart uploads a killed run left open under the prefix."""
@@ -224,7 +237,7 @@ class S3Store(AtomicPutStore):
             except FileNotFoundError:
                 raise
             except Exception as exc:
-                raise self._fail("get", key, exc) from exc
+                raise self.fail("get", key, exc) from exc
             file.seek(0)
             yield Opened(info, file)
 
@@ -234,7 +247,7 @@ class S3Store(AtomicPutStore):
         except FileNotFoundError:
             raise
         except Exception as exc:
-            raise self._fail("get", key, exc) from exc
+            raise self.fail("get", key, exc) from exc
 
     def read_range(self, key: str, offset: int, length: int) -> bytes:
         if length <= 0:
@@ -249,7 +262,7 @@ class S3Store(AtomicPutStore):
                 raise FileNotFoundError(2, "no such object", self.where(key)) from exc
             if offset >= meta.size:
                 return b""
-            raise self._fail("get", key, exc) from exc
+            raise self.fail("get", key, exc) from exc
 
     def _meta(self, key: str) -> ObjectInfo | None:
         try:
@@ -257,7 +270,7 @@ class S3Store(AtomicPutStore):
         except FileNotFoundError:
             return None
         except Exception as exc:
-            raise self._fail("head", key, exc) from exc
+            raise self.fail("head", key, exc) from exc
         return _info(key, result.meta, result.attributes)
 
     def head(self, key: str) -> ObjectInfo | None:
@@ -267,7 +280,7 @@ class S3Store(AtomicPutStore):
         try:
             listed = obstore.list_with_delimiter(self.client, key)
         except Exception as exc:
-            raise self._fail("list", key, exc) from exc
+            raise self.fail("list", key, exc) from exc
         if listed["objects"] or listed["common_prefixes"]:
             return ObjectInfo(key, 0, 0, 0o755, "dir")
         return None
@@ -276,7 +289,7 @@ class S3Store(AtomicPutStore):
         try:
             listed = obstore.list_with_delimiter(self.client, prefix or None)
         except Exception as exc:
-            raise self._fail("list", prefix, exc) from exc
+            raise self.fail("list", prefix, exc) from exc
         found = [m["path"] for m in listed["objects"]] + list(listed["common_prefixes"])
         return sorted({p.rstrip("/").rsplit("/", 1)[-1] for p in found})
 
@@ -291,7 +304,7 @@ class S3Store(AtomicPutStore):
                         continue
                     yield _info(key, meta, {})
         except Exception as exc:
-            raise self._fail("list", top, exc) from exc
+            raise self.fail("list", top, exc) from exc
 
 
 def _metadata(mode: int, mtime_ns: int) -> dict[str, str]:
