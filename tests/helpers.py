@@ -10,12 +10,15 @@ from pathlib import Path
 from tests.s3path import S3Path
 
 
-def snapshot(root: Path) -> dict[str, tuple[int, int, int, int]]:
-    """(inode, size, mtime_ns, ctime_ns) of every entry below `root`, links not followed.
+def snapshot(root: Path | S3Path) -> dict[str, tuple[object, ...]]:
+    """(inode, size, mtime_ns, ctime_ns) of every entry below `root`, links not followed
+    (of a bucket prefix: `S3Path.snapshot`).
 
     Two equal snapshots mean nothing under `root` was written, renamed or created.
     """
-    out: dict[str, tuple[int, int, int, int]] = {}
+    if isinstance(root, S3Path):
+        return root.snapshot()
+    out: dict[str, tuple[object, ...]] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)

@@ -10,6 +10,8 @@ the engine writes them; tests.helpers.set_mtime calls `os.utime` or `utime`).
 A "directory" is a key prefix: ``mkdir`` does nothing and a directory exists
 while an object is under it, as on a mount of the bucket.  Raw
 botocore calls: the engine's own S3 client is what the tests check, not a helper.
+No ``__fspath__``: handed to code that wants a local path, it fails at once
+instead of making a local ``s3:/`` directory.
 """
 
 from __future__ import annotations
@@ -66,9 +68,6 @@ class S3Path:
 
     def __str__(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
-
-    def __fspath__(self) -> str:  # messages and sorting only: nothing on disk
-        return str(self)
 
     @property
     def name(self) -> str:
@@ -205,6 +204,14 @@ class S3Path:
         for child in self.iterdir():
             if fnmatch.fnmatch(child.name, pattern):
                 yield child
+
+    def snapshot(self) -> dict[str, tuple[object, ...]]:
+        """Relative key -> (ETag, size, Last-Modified) of every object below: equal
+        snapshots mean nothing was written (tests.helpers.snapshot of a directory)."""
+        return {
+            posixpath.relpath(key, self.key or "."): (obj["ETag"], obj["Size"], obj["LastModified"])
+            for key, obj in self._keys()
+        }
 
     def files(self, skip: str | None = ".syncengine") -> dict[str, bytes]:
         """Relative key -> content of every object below, not entering `skip` (as

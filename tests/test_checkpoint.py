@@ -227,7 +227,7 @@ def ro_data(tree: Tree) -> Path:
     """Make the durable root a read-only bind mount (EROFS), as a full/locked target."""
     ro = tree.base / "ro-data"
     ro.mkdir()
-    r = subprocess.run(["mount", "--bind", str(tree.durable), str(ro)], capture_output=True)
+    r = subprocess.run(["mount", "--bind", str(tree.data), str(ro)], capture_output=True)
     if r.returncode != 0:
         pytest.skip(f"cannot bind-mount here: {r.stderr.decode().strip()}")
     subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], check=True)
