@@ -26,7 +26,7 @@ durable side through ``tree.store(rel)``, never `tree.backing`.
 
 The same tests also run ``[s3]``, and so do the engine's behaviour tests (the
 modules marked ``pytestmark = pytest.mark.s3``: checkpoint, restore, SQLite,
-segments, journal, verify, gc, kills): each test has its own bucket of one real
+segments, journal, verify, gc, manifest, directories, runner...): each test has its own bucket of one real
 S3 server on 127.0.0.1 (moto in a child process for the session,
 tests/s3server.py), the tree's ``DATA_DIR`` is ``s3://BUCKET/data`` with the AWS
 variables pointing at the server, so the real ``syncengine`` command (`cli`) and
