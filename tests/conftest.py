@@ -24,10 +24,21 @@ no rename, no links, closed writes only) through the engine's ``stores``
 factory.  Such a test is in-process only (`engine`, not `cli`) and reads the
 durable side through ``tree.store(rel)``, never `tree.backing`.
 
-The same tests also run ``[s3]``: each stores under its own bucket of a real S3
-server on 127.0.0.1 (moto in a child process, tests/s3server.py) through
-`syncengine.durable.s3.store.S3Store`; `tree.s3_requests()` lists the requests
-the bucket received.
+The same tests also run ``[s3]``, and so do the engine's behaviour tests (the
+modules marked ``pytestmark = pytest.mark.s3``: checkpoint, restore, SQLite,
+segments, journal, verify, gc, manifest, directories, runner...): each test
+has its own bucket of one real S3 server on 127.0.0.1 (moto in a child
+process for the session,
+tests/s3server.py), the tree's ``DATA_DIR`` is ``s3://BUCKET/data`` with the AWS
+variables pointing at the server, so the real ``syncengine`` command (`cli`) and
+the in-process `engine` select `S3Store` from the configuration as a user's
+would.  ``data/`` stays an empty local directory; read and damage the durable
+side through ``tree.durable`` (``data/``, or the bucket prefix as a
+tests.s3path.S3Path) and ``tree.raw`` (`tree.backing`, or the same prefix),
+which take the same path calls.  `tree.s3_requests()` lists the requests the
+bucket received.  A test about something only a directory or a mount has
+(inode numbers, staging files, bind mounts, absolute durable paths) is marked
+``@pytest.mark.posix_only("reason")`` and skips ``[s3]``.
 
 A test marked ``@pytest.mark.rclone`` also runs on real rclone mounts
 (tests/rclone_mount.py): ``[rclone-off]`` and ``[rclone-writes]``, ``data/``
@@ -59,7 +70,8 @@ from tests.bucket_mount import BucketMount, fuse_available
 from tests.helpers import snapshot
 from tests.memstore import MemoryBucket
 from tests.rclone_mount import RcloneMount, require_rclone
-from tests.s3server import S3Server, s3_server
+from tests.s3path import S3Path
+from tests.s3server import CREDENTIALS, S3Server, s3_server
 
 bucket = bucket_mount.bucket  # fixtures for the emulator tests
 bucket_factory = bucket_mount.bucket_factory
@@ -88,6 +100,7 @@ DESIGN_VARIABLES = frozenset(
     }
 )
 RCLONE_KINDS = ("rclone-off", "rclone-writes")
+S3_PREFIX = "data"  # the [s3] kind's DATA_DIR is s3://BUCKET/data
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -107,25 +120,44 @@ class Tree:
 
     @property
     def stores(self) -> Callable[[Path], Store]:
-        """The engine's `stores` factory for this tree."""
-        if self.s3 is not None:
-            return self._s3_store
+        """The engine's `stores` factory for this tree (for s3, the default: the engine
+        selects S3Store from ``DATA_DIR=s3://...``)."""
         return self.memory.store if self.memory is not None else PosixStore
-
-    def _s3_store(self, path: Path) -> Store:
-        from syncengine.durable.s3.store import S3Store
-
-        assert self.s3 is not None
-        server, name = self.s3
-        return S3Store(server.location(name, path.relative_to(self.data).as_posix()))
 
     def store(self, rel: str) -> Store:
         """The durable directory `rel` (under ``data/``) as the engine sees it."""
         if self.s3 is not None:
-            return self._s3_store(self.data / rel)
+            from syncengine.durable.s3.store import S3Store
+
+            server, name = self.s3
+            return S3Store(server.location(name, f"{S3_PREFIX}/{rel}".rstrip("/")))
         if self.memory is not None:
             return self.memory.store(self.data / rel)
         return PosixStore(self.data / rel)
+
+    @property
+    def durable(self) -> Path | S3Path:
+        """The durable root as the engine writes it: ``data/`` (through the mount for
+        ``bucket``), or the bucket prefix for ``s3``."""
+        return self._prefix() if self.s3 is not None else self.data
+
+    @property
+    def raw(self) -> Path | S3Path:
+        """Where the durable bytes land (`backing`; the bucket prefix for ``s3``)."""
+        return self._prefix() if self.s3 is not None else self.backing
+
+    def _prefix(self) -> S3Path:
+        assert self.s3 is not None
+        server, name = self.s3
+        return S3Path(server.client(), name, S3_PREFIX)
+
+    def writes_of(self, rel: str) -> object:
+        """What changes when the durable object `rel` (under ``data/``) is written again:
+        its inode in `raw`, or on S3 the PUTs of its key the server logged so far."""
+        if self.s3 is None:
+            return (self.backing / rel).stat().st_ino
+        key = f"/{self.s3[1]}/{S3_PREFIX}/{rel}"
+        return [r for r in self.s3_requests() if r[0] == "PUT" and r[1].split("?")[0] == key]
 
     def s3_requests(self) -> list[tuple[str, str, int]]:
         """(method, path, status) of each request this test's bucket received so far."""
@@ -173,6 +205,11 @@ class Tree:
         (`migrate` copies, renames and links what it finds under $HOME)."""
         env = {k: v for k, v in os.environ.items() if k not in DESIGN_VARIABLES}
         env.update(AM_LOCAL=str(self.local), DATA_DIR=str(self.data), HOME=str(self.base / "home"))
+        if self.s3 is not None:  # the bucket, reached as a user's configuration reaches it
+            server, name = self.s3
+            env = {k: v for k, v in env.items() if not k.startswith("AWS_")}
+            env.update(CREDENTIALS, AWS_ENDPOINT_URL=server.endpoint)
+            env["DATA_DIR"] = f"s3://{name}/{S3_PREFIX}"
         # Child processes import this checkout's syncengine, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         env.update(extra)
@@ -225,6 +262,16 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "s3: also run with DATA_DIR=s3://BUCKET/data on a real S3 server (tests/s3server.py), "
+        "through the real command and the in-process engine alike",
+    )
+    config.addinivalue_line(
+        "markers",
+        "posix_only(reason): in a module marked s3, run on the directory and the bucket "
+        "emulator only (not on S3); say why",
+    )
+    config.addinivalue_line(
+        "markers",
         "rclone: also run with the durable root on real rclone mounts "
         "(--vfs-cache-mode off and writes)",
     )
@@ -240,8 +287,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     kinds = ["dir"] if marker is not None else list(DURABLE_KINDS)
     if marker is None and metafunc.definition.get_closest_marker("rclone") is not None:
         kinds += RCLONE_KINDS
+    posix = metafunc.definition.get_closest_marker("posix_only")
+    if posix is not None and not (posix.args or posix.kwargs.get("reason")):
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: posix_only needs a reason")
+    s3 = marker is None and posix is None
     if metafunc.definition.get_closest_marker("memory") is not None:
-        kinds += ["memory", "s3"]
+        kinds += ["memory", "s3"] if posix is None else ["memory"]
+    elif s3 and metafunc.definition.get_closest_marker("s3") is not None:
+        kinds += ["s3"]
     metafunc.parametrize("durable_kind", kinds, indirect=True)
 
 
@@ -291,7 +344,7 @@ def cli(tree: Tree) -> CliRunner:
         check: int | None = None,
         timeout: float = 120,
     ) -> subprocess.CompletedProcess[str]:
-        if tree.memory is not None or tree.s3 is not None:
+        if tree.memory is not None:
             raise pytest.UsageError(
                 "a child process cannot reach the test's store factory: "
                 "a test marked memory uses `engine`, not `cli`"

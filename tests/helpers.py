@@ -7,13 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.s3path import S3Path
 
-def snapshot(root: Path) -> dict[str, tuple[int, int, int, int]]:
-    """(inode, size, mtime_ns, ctime_ns) of every entry below `root`, links not followed.
+
+def snapshot(root: Path | S3Path) -> dict[str, tuple[object, ...]]:
+    """(inode, size, mtime_ns, ctime_ns) of every entry below `root`, links not followed
+    (of a bucket prefix: `S3Path.snapshot`).
 
     Two equal snapshots mean nothing under `root` was written, renamed or created.
     """
-    out: dict[str, tuple[int, int, int, int]] = {}
+    if isinstance(root, S3Path):
+        return root.snapshot()
+    out: dict[str, tuple[object, ...]] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
@@ -27,8 +32,11 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, int, int]]:
     return out
 
 
-def files(root: Path) -> dict[str, bytes]:
-    """Relative path -> content of every regular file below `root`, skipping .syncengine."""
+def files(root: Path | S3Path) -> dict[str, bytes]:
+    """Relative path -> content of every regular file below `root`, skipping .syncengine
+    (`root` may be a bucket prefix: `Tree.durable` of the ``[s3]`` kind)."""
+    if isinstance(root, S3Path):
+        return root.files()
     out = {}
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d != ".syncengine"]
@@ -37,6 +45,14 @@ def files(root: Path) -> dict[str, bytes]:
             if path.is_file() and not path.is_symlink():
                 out[str(path.relative_to(root))] = path.read_bytes()
     return out
+
+
+def set_mtime(path: Path | S3Path, mtime_ns: int) -> None:
+    """`os.utime` of a file, or the mtime metadata of an object (`Tree.durable` on S3)."""
+    if isinstance(path, S3Path):
+        path.utime(mtime_ns)
+    else:
+        os.utime(path, ns=(mtime_ns, mtime_ns))
 
 
 def dir_modes(root: Path, skip: tuple[str, ...] = ()) -> dict[str, int]:

@@ -16,6 +16,8 @@ import pytest
 from tests.conftest import CliRunner, EngineFactory, Tree
 from tests.helpers import files, start_appender
 
+pytestmark = pytest.mark.s3
+
 CODEX = "codex-home"
 DUR = "state/codex"
 
@@ -26,7 +28,7 @@ def test_first_checkpoint_publishes_files_with_modes(tree: Tree, cli: CliRunner)
     tree.write(f"{CODEX}/logs_2.sqlite", b"SQLite format 3\x00junk")
     tree.write(f"{CODEX}/cache/blob", "cached")
     cli("checkpoint", check=0)
-    durable = tree.data / DUR
+    durable = tree.durable / DUR
     assert files(durable) == {
         "auth.json": b'{"token": "s"}',
         "archived_sessions/rollout-1.jsonl": b'{"a": 1}\n',
@@ -65,8 +67,8 @@ def test_changed_file_is_published_and_manifest_grows_by_a_delta(
     cli("checkpoint", check=0)
     tree.write(f"{CODEX}/history.jsonl", "one\ntwo\n")
     cli("checkpoint", check=0)
-    assert (tree.data / DUR / "history.jsonl").read_bytes() == b"one\ntwo\n"
-    names = sorted(p.name for p in (tree.data / DUR / ".syncengine/manifest").iterdir())
+    assert (tree.durable / DUR / "history.jsonl").read_bytes() == b"one\ntwo\n"
+    names = sorted(p.name for p in (tree.durable / DUR / ".syncengine/manifest").iterdir())
     assert names == ["000000000001.base.jsonl", "000000000002.delta.jsonl"]
 
 
@@ -76,7 +78,7 @@ def test_shrunk_file_is_published(tree: Tree, cli: CliRunner) -> None:
     cli("checkpoint", check=0)
     tree.write(f"{CODEX}/history.jsonl", "b\n" * 10)  # Codex trims history.jsonl
     cli("checkpoint", check=0)
-    assert (tree.data / DUR / "history.jsonl").read_bytes() == b"b\n" * 10
+    assert (tree.durable / DUR / "history.jsonl").read_bytes() == b"b\n" * 10
 
 
 @pytest.mark.rclone
@@ -86,7 +88,7 @@ def test_deleted_local_file_stays_durable(tree: Tree, cli: CliRunner) -> None:
     cli("checkpoint", check=0)
     (tree.local / CODEX / "sessions/old.jsonl").unlink()
     cli("checkpoint", check=0)
-    assert (tree.data / DUR / "sessions/old.jsonl").read_bytes() == b"kept\n"
+    assert (tree.durable / DUR / "sessions/old.jsonl").read_bytes() == b"kept\n"
     shutil.rmtree(tree.local)
     cli("restore", check=0)
     assert (tree.local / CODEX / "sessions/old.jsonl").read_bytes() == b"kept\n"
@@ -96,7 +98,7 @@ def test_symlink_is_recorded_not_followed(tree: Tree, cli: CliRunner) -> None:
     tree.write(f"{CODEX}/config.toml", "x")
     (tree.local / CODEX / "passwd").symlink_to("/etc/passwd")
     cli("checkpoint", check=0)
-    durable = tree.data / DUR
+    durable = tree.durable / DUR
     assert not (durable / "passwd").exists() and not (durable / "passwd").is_symlink()
     manifest = (durable / ".syncengine/manifest/000000000001.base.jsonl").read_text()
     assert '"target":"/etc/passwd"' in manifest
@@ -114,7 +116,7 @@ def test_special_files_are_skipped_never_opened(tree: Tree, cli: CliRunner) -> N
     os.mkfifo(tree.local / CODEX / "agent.fifo")  # opening it for read would block forever
     out = cli("-v", "checkpoint", check=0, timeout=60)
     assert "scan.skip-special adapter=codex path=agent.fifo" in out.stderr
-    assert not (tree.data / DUR / "agent.fifo").exists()
+    assert not (tree.durable / DUR / "agent.fifo").exists()
 
 
 @pytest.mark.parametrize(
@@ -168,6 +170,10 @@ sys.exit(main(["checkpoint", "codex"]))
 """
 
 
+@pytest.mark.posix_only(
+    "waits for the staging temp file, which S3 has not (one PUT); a kill mid multipart "
+    "upload is tests/test_s3.py's"
+)
 def test_checkpoint_killed_mid_copy_keeps_old_copy_and_next_run_completes(
     tree: Tree, cli: CliRunner
 ) -> None:
@@ -177,7 +183,7 @@ def test_checkpoint_killed_mid_copy_keeps_old_copy_and_next_run_completes(
         f.truncate(400 * 2**20)
         f.seek(0)
         f.write(b"B" * 1000)
-    staging = tree.data / DUR / ".syncengine/staging"
+    staging = tree.durable / DUR / ".syncengine/staging"
     proc = subprocess.Popen(
         [sys.executable, "-c", KILL_DURING_COPY],
         env=tree.env(),
@@ -192,14 +198,14 @@ def test_checkpoint_killed_mid_copy_keeps_old_copy_and_next_run_completes(
     proc.kill()
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "checkpoint finished before it could be killed"
-    durable = tree.data / DUR / "sessions/big.jsonl"
+    durable = tree.durable / DUR / "sessions/big.jsonl"
     assert durable.read_bytes() == b"A" * 1_000_000  # the old copy, intact
     cli("checkpoint", check=0)
     assert durable.stat().st_size == 400 * 2**20
     with open(durable, "rb") as f:
         assert f.read(1000) == b"B" * 1000
     assert not list(staging.glob("*.syncengine-tmp"))  # the killed run's temp was swept
-    newest = max((tree.data / DUR / ".syncengine/manifest").iterdir())
+    newest = max((tree.durable / DUR / ".syncengine/manifest").iterdir())
     assert newest.name.endswith(".base.jsonl")  # supersedes whatever the killed run left
 
 
@@ -269,8 +275,8 @@ def test_unreadable_file_is_reported_and_the_rest_goes_on(tree: Tree, cli: CliRu
     assert proc.returncode == 1, proc.stderr
     assert "locked.json" in proc.stderr and "Permission denied" in proc.stderr
     assert "incomplete" in proc.stderr
-    assert (tree.data / DUR / "ok.json").read_text() == "ok"
-    assert not (tree.data / DUR / "locked.json").exists()
+    assert (tree.durable / DUR / "ok.json").read_text() == "ok"
+    assert not (tree.durable / DUR / "locked.json").exists()
 
 
 @pytest.mark.dir_only("points DATA_DIR at a path that does not exist; data/ is not used")
@@ -305,7 +311,6 @@ def test_long_lived_engine_continues_after_a_checkpoint_by_another_process(
 ) -> None:
     """A daemon's cached index must not reuse a manifest name another process wrote."""
     from syncengine.durable.manifest import load
-    from syncengine.durable.posix.store import Store
 
     eng = engine({"adapters": ["codex"]})
     tree.write(f"{CODEX}/a.json", "a")
@@ -314,7 +319,7 @@ def test_long_lived_engine_continues_after_a_checkpoint_by_another_process(
     cli("checkpoint", "codex", check=0)  # manifest 2, by another process
     tree.write(f"{CODEX}/c.json", "c")
     assert eng.checkpoint().files == 1  # must be manifest 3, not a second "2"
-    state = load(Store(tree.data / DUR))
+    state = load(tree.store(DUR))
     assert state.last_seq == 3
     assert sorted(state.entries) == ["a.json", "b.json", "c.json"]
 
@@ -338,7 +343,7 @@ def test_version_published_by_an_interrupted_run_is_not_trusted_away(
     with monkeypatch.context() as m:
         m.setattr(manifest, "write", gone)
         assert not eng.checkpoint().ok
-    durable = tree.backing / DUR / "h.json"
+    durable = tree.raw / DUR / "h.json"
     assert durable.read_bytes() == b"BBBB"  # published, but the index still says AAAA
     tree.write(f"{CODEX}/h.json", "AAAA", mtime_ns=old + 2 * 10**9)
     assert eng.checkpoint().ok
@@ -348,6 +353,9 @@ def test_version_published_by_an_interrupted_run_is_not_trusted_away(
     assert (tree.local / CODEX / "h.json").read_bytes() == b"AAAA"
 
 
+@pytest.mark.posix_only(
+    "a file/directory conflict: in a bucket memo.md and memo.md/inner.md are two keys"
+)
 def test_a_path_whose_durable_copy_is_of_another_kind_is_reported_and_the_rest_goes_on(
     tree: Tree, cli: CliRunner
 ) -> None:
@@ -365,15 +373,15 @@ def test_a_path_whose_durable_copy_is_of_another_kind_is_reported_and_the_rest_g
     out = cli("checkpoint", check=1)
     assert "memo.md/inner.md" in out.stderr and "move the old entry" in out.stderr
     assert "notes" in out.stderr
-    durable = files(tree.data / DUR)
+    durable = files(tree.durable / DUR)
     assert durable["other.md"] == b"published anyway\n"
     assert durable["memo.md"] == b"a file\n" and durable["notes/n1.md"] == b"in a directory\n"
     # Once the old entries are moved aside, the paths are published.
-    (tree.data / "aside").mkdir()
-    shutil.move(tree.data / DUR / "memo.md", tree.data / "aside" / "memo.md")
-    shutil.move(tree.data / DUR / "notes", tree.data / "aside" / "notes")
+    (tree.durable / "aside").mkdir()
+    shutil.move(tree.durable / DUR / "memo.md", tree.durable / "aside" / "memo.md")
+    shutil.move(tree.durable / DUR / "notes", tree.durable / "aside" / "notes")
     cli("checkpoint", check=0)
-    durable = files(tree.data / DUR)
+    durable = files(tree.durable / DUR)
     assert durable["memo.md/inner.md"] == b"now a directory\n"
     assert durable["notes"] == b"now a file\n"
 
@@ -393,18 +401,18 @@ def test_an_older_copy_of_the_state_dir_never_overwrites_a_manifest_object(
     shutil.copytree(tree.state, tree.base / "old-state")
     tree.write(f"{CODEX}/a.md", "a2\n")
     cli("checkpoint", check=0)
-    manifest_dir = tree.data / DUR / ".syncengine" / "manifest"
+    manifest_dir = tree.durable / DUR / ".syncengine" / "manifest"
     before = {p.name: p.read_bytes() for p in manifest_dir.iterdir()}
     shutil.rmtree(tree.state)
     shutil.copytree(tree.base / "old-state", tree.state)
     tree.write(f"{CODEX}/b.md", "b2\n")
-    c_object = (tree.backing / DUR / "c.md").stat().st_ino
+    c_object = tree.writes_of(f"{DUR}/c.md")
     out = cli("-v", "checkpoint", check=0)
     assert "rebuilding the index from the durable manifest" in out.stderr
     after = {p.name: p.read_bytes() for p in manifest_dir.iterdir()}
     assert {k: after[k] for k in before} == before  # nothing replaced
     assert len(after) == len(before) + 1
-    assert (tree.backing / DUR / "c.md").stat().st_ino == c_object  # not copied again
+    assert tree.writes_of(f"{DUR}/c.md") == c_object  # not copied again
     out = cli("checkpoint", check=0)
     assert "codex: published 0 file(s)" in out.stdout
     shutil.rmtree(tree.local / CODEX)

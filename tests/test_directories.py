@@ -28,6 +28,8 @@ from syncengine.local.index import Index
 from tests.conftest import CliRunner, EngineFactory, Tree
 from tests.helpers import dir_modes
 
+pytestmark = pytest.mark.s3
+
 CONFIG = """adapters = []
 [[adapter]]
 name = "t"
@@ -210,7 +212,7 @@ def test_special_bits_on_directories_are_dropped_and_bad_modes_refused(
 ) -> None:
     conf = _conf(tree)
     _write_manifest(
-        tree.data / "state/t",
+        tree.durable / "state/t",
         [
             {"path": "sgid", "kind": "dir", "mode": 0o2755},
             {"path": "suid/inner", "kind": "dir", "mode": 0o4700},

@@ -13,9 +13,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from syncengine.durable import manifest
 from syncengine.fs.savefile import TEMP_SUFFIX
 from tests.conftest import CliRunner, Tree
+
+pytestmark = pytest.mark.s3
 
 CONFIG = """\
 adapters = []

@@ -19,6 +19,8 @@ from syncengine.ops import gc, gcplan
 from tests.conftest import CliRunner, Tree
 from tests.helpers import files
 
+pytestmark = pytest.mark.s3
+
 DAY = 86400 * 10**9
 RAW = {
     "adapters": [],
@@ -120,7 +122,7 @@ def test_refuses_an_empty_or_partial_local_view(tree: Tree, clock: Clock, cli: C
         (tree.local / f"x/f{i}.txt").unlink()
     _passes(tree, clock, 3)
     clock.now += 8 * DAY
-    before = files(tree.data)
+    before = files(tree.durable)
     rep = _engine(tree, clock).gc(apply=True)
     assert not rep.ok and "only 4 of 10 manifest paths exist locally" in rep.lines()[0]
     for i in range(6, 10):
@@ -132,7 +134,7 @@ def test_refuses_an_empty_or_partial_local_view(tree: Tree, clock: Clock, cli: C
     conf.write_text('adapters = []\n[[adapter]]\nname = "x"\nlive = "x"\ndurable = "state/x"\n')
     out = cli("--config", str(conf), "gc", "--apply", check=1)
     assert "live tree does not exist" in out.stdout
-    assert files(tree.data) == before
+    assert files(tree.durable) == before
 
 
 def test_refuses_while_a_restore_is_incomplete(tree: Tree, clock: Clock, cli: CliRunner) -> None:
@@ -143,6 +145,7 @@ def test_refuses_while_a_restore_is_incomplete(tree: Tree, clock: Clock, cli: Cl
     assert rep.exit_code == 1 and "restore is incomplete" in rep.lines()[0]
 
 
+@pytest.mark.posix_only("plants stale staging temp files: S3 stages nothing (one PUT)")
 def test_cleans_staging_superseded_manifests_and_chains(tree: Tree, clock: Clock) -> None:
     _populate(tree, 4)
     tree.write("x/logs/a.jsonl", '{"a": 1}\n' * 10)
@@ -151,7 +154,7 @@ def test_cleans_staging_superseded_manifests_and_chains(tree: Tree, clock: Clock
     _passes(tree, clock, 1)
     tree.write("x/logs/a.jsonl", '{"b": 1}\n')  # shrank: a new chain
     _passes(tree, clock, 1)
-    durable = tree.data / "state/x"
+    durable = tree.durable / "state/x"
     chains = sorted(p.name for p in (durable / ".syncengine/segments/logs/a.jsonl.d").iterdir())
     assert len(chains) == 2
     staging = durable / ".syncengine/staging"

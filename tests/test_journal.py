@@ -6,9 +6,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from syncengine import Journal
 from syncengine.ops.journal import session_dir
 from tests.conftest import CliRunner, EngineFactory, Tree
+
+pytestmark = pytest.mark.s3
 
 ODD = ["../x", "a/b", "..", ".", "séance 🚀", "x" * 1000, "-rf", "%2E", "\x01\x7f", "a\\b"]
 
@@ -35,7 +39,7 @@ def test_prompts_kept_in_order_across_restart(tree: Tree, cli: CliRunner) -> Non
     fresh = ("--state-dir", str(tree.base / "fresh-state"))
     for p in prompts[3:]:
         record(tree, "s1", p, *fresh)
-    journal = Journal(tree.data / "journal", tree.base / "other-state")
+    journal = Journal(tree.store("journal"), tree.base / "other-state")
     listed = journal.list("s1")
     assert [p.seq for p in listed] == [1, 2, 3, 4, 5]
     assert [data for _, data in journal.export("s1")] == prompts
@@ -65,7 +69,7 @@ def test_odd_session_ids_stay_inside_the_journal(
     for i, sid in enumerate(ODD):
         journal.record(sid, b"prompt %d" % i)
     journal.record(b"\xff\x00raw", b"bytes id")
-    root = tree.data / "journal"
+    root = tree.durable / "journal"
     dirs = sorted(d.name for d in root.iterdir() if d.name != ".syncengine")
     assert len(dirs) == len(ODD) + 1 and all(len(d) <= 200 and "/" not in d for d in dirs)
     assert all((root / d).is_dir() for d in dirs)
@@ -82,11 +86,9 @@ def test_concurrent_recorders_get_distinct_sequence_numbers(tree: Tree) -> None:
             [
                 sys.executable,
                 "-c",
-                "import sys\nfrom syncengine import Journal\n"
-                "j = Journal(sys.argv[1], sys.argv[2])\n"
-                "for i in range(10): j.record('s', b'%s-%d' % (sys.argv[3].encode(), i))\n",
-                str(tree.data / "journal"),
-                str(tree.base / "state"),
+                "import os, sys\nfrom syncengine import Engine, config_from_dict\n"
+                "j = Engine(config_from_dict({}, env=os.environ)).journal()\n"
+                "for i in range(10): j.record('s', b'%s-%d' % (sys.argv[1].encode(), i))\n",
                 tag,
             ],
             env={**tree.env(), "PYTHONPATH": os.getcwd()},
@@ -95,5 +97,5 @@ def test_concurrent_recorders_get_distinct_sequence_numbers(tree: Tree) -> None:
     ]
     for p in procs:
         assert p.wait(timeout=60) == 0
-    listed = Journal(tree.data / "journal", tree.base / "state").list("s")
+    listed = Journal(tree.store("journal"), tree.base / "state").list("s")
     assert [p.seq for p in listed] == list(range(1, 21))

@@ -1,6 +1,6 @@
 """Manifest objects that cannot be read: when a restore is still complete, and when not.
 
-Objects are damaged in the bucket (`tree.backing`), never through the mount.
+Objects are damaged in the bucket (`tree.raw`), never through the mount.
 The rules (syncengine/durable/manifest.py): an unreadable object loses what it
 recorded unless a readable newer base supersedes it; only a torn newest
 object written under its final name (a mount without rename, a killed
@@ -22,6 +22,8 @@ from syncengine.durable import manifest
 from syncengine.durable.posix.store import Store
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, Tree
+
+pytestmark = pytest.mark.s3
 
 MDIR = "state/codex/.syncengine/manifest"
 OLD = 1_700_000_000 * 10**9
@@ -57,7 +59,7 @@ def test_unreadable_base_makes_restore_incomplete_and_run_refuses(
 ) -> None:
     """Before: nothing restored, a warning, exit 0, and `run` started the agent."""
     _checkpoints(tree, cli, "a", "b")  # base 1 (a), delta 2 (b)
-    base = _object(tree.backing, 1, "base")
+    base = _object(tree.raw, 1, "base")
     base.write_bytes(DAMAGE[damage](base.read_bytes()))
     shutil.rmtree(tree.local)
     out = cli("restore", "codex", check=1)
@@ -81,7 +83,7 @@ def test_unreadable_delta_is_lost_until_a_newer_base_supersedes_it(
     tree: Tree, cli: CliRunner
 ) -> None:
     _checkpoints(tree, cli, "a", "b", "c")  # base 1, deltas 2 and 3
-    delta = _object(tree.backing, 2, "delta")
+    delta = _object(tree.raw, 2, "delta")
     delta.write_bytes(delta.read_bytes()[:-12])  # cut, but not the newest: never a kill
     shutil.rmtree(tree.local / "codex-home")
     out = cli("restore", "codex", check=1)
@@ -93,7 +95,7 @@ def test_unreadable_delta_is_lost_until_a_newer_base_supersedes_it(
     staging_marker(tree.state, "codex").touch()
     tree.write("codex-home/d.json", "d v1")
     cli("checkpoint", "codex", check=0)
-    assert _object(tree.backing, 4, "base").exists()
+    assert _object(tree.raw, 4, "base").exists()
     shutil.rmtree(tree.local)
     cli("restore", "codex", check=0)
     assert (tree.local / "codex-home/b.json").read_text() == "b v1"
@@ -105,9 +107,9 @@ def test_unreadable_old_base_superseded_by_a_newer_base_is_harmless(
     _checkpoints(tree, cli, "a", "b")
     staging_marker(tree.state, "codex").touch()  # the next object is a base
     _checkpoints(tree, cli, "c")
-    assert _object(tree.backing, 3, "base").exists()
-    _object(tree.backing, 1, "base").write_bytes(b"garbage")
-    _object(tree.backing, 2, "delta").write_bytes(b"")
+    assert _object(tree.raw, 3, "base").exists()
+    _object(tree.raw, 1, "base").write_bytes(b"garbage")
+    _object(tree.raw, 2, "delta").write_bytes(b"")
     shutil.rmtree(tree.local)
     out = cli("restore", "codex", check=0)
     assert "manifest" not in out.stderr
@@ -117,7 +119,7 @@ def test_unreadable_old_base_superseded_by_a_newer_base_is_harmless(
 def test_cut_newest_delta_written_by_rename_is_incomplete(tree: Tree, cli: CliRunner) -> None:
     """With rename a killed writer's object never reaches its name: a cut one was cut later."""
     _checkpoints(tree, cli, "a", "b")
-    delta = _object(tree.backing, 2, "delta")
+    delta = _object(tree.raw, 2, "delta")
     assert "in_place" not in delta.read_text()
     delta.write_bytes(delta.read_bytes().split(b"\n")[0] + b"\n")  # header only: a prefix
     shutil.rmtree(tree.local)

@@ -18,6 +18,9 @@ from syncengine import Engine, config_from_dict
 from syncengine.durable import chain, manifest
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, Tree
+from tests.helpers import set_mtime
+
+pytestmark = pytest.mark.s3
 
 LOG = "sessions/rollout-1.jsonl"
 T0 = 1_800_000_000 * 10**9  # the log's mtime; the engine's clock counts from here
@@ -43,7 +46,7 @@ def _append(path: Path, data: bytes, mtime_s: float) -> None:
 
 
 def _plain(tree: Tree) -> Path:
-    return tree.backing / "state/x" / LOG
+    return tree.raw / "state/x" / LOG
 
 
 def _entry(tree: Tree) -> manifest.Entry:
@@ -91,10 +94,10 @@ def test_compaction_publishes_the_plain_copy(tree: Tree) -> None:
 def test_the_first_chain_over_an_old_plain_copy_refreshes_it_at_once(
     tree: Tree, cli: CliRunner
 ) -> None:
-    old = tree.data / "state/x" / LOG  # the rsync script's copy: no manifest
+    old = tree.durable / "state/x" / LOG  # the rsync script's copy: no manifest
     old.parent.mkdir(parents=True)
     old.write_bytes(b"1\n")
-    os.utime(old, ns=(T0, T0))
+    set_mtime(old, T0)
     assert _engine(tree, 1).restore().ok
     _append(tree.local / "x" / LOG, b"2\n", 5)
     plan = _engine(tree, 10).checkpoint(dry_run=True).adapters[0].plan
@@ -115,7 +118,7 @@ def test_a_final_checkpoint_leaves_every_log_whole_at_its_plain_path(tree: Tree)
     report = _engine(tree, 15).checkpoint(final=True)
     assert report.ok
     assert _plain(tree).read_bytes() == b"1\n2\nhalf"
-    assert (tree.backing / "state/x/sessions/rollout-2.jsonl").read_bytes() == other.read_bytes()
+    assert (tree.raw / "state/x/sessions/rollout-2.jsonl").read_bytes() == other.read_bytes()
     with tree.no_durable_ops():
         assert _engine(tree, 20).checkpoint(final=True).files == 0
 
@@ -127,10 +130,10 @@ def _chain_then_plain(tree: Tree, plain: bytes) -> bytes:
     assert _engine(tree, 5).checkpoint().ok
     _append(path, b"2\n", 6)
     assert _engine(tree, 10).checkpoint().ok
-    target = tree.data / "state/x" / LOG
+    target = tree.durable / "state/x" / LOG
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(plain)
-    os.utime(target, ns=(T0 + 10 * S,) * 2)
+    set_mtime(target, T0 + 10 * S)
     shutil.rmtree(tree.local)
     return path.read_bytes() if path.exists() else b"1\n2\n"
 
@@ -213,4 +216,4 @@ def test_gc_deletes_a_deleted_logs_plain_copy_with_its_chains(tree: Tree) -> Non
     report = eng.gc(apply=True)
     assert report.ok, report.lines()
     assert not _plain(tree).exists()
-    assert (tree.backing / "state/x/keep.txt").exists()
+    assert (tree.raw / "state/x/keep.txt").exists()

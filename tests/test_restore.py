@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
 import time
@@ -12,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliRunner, Tree
-from tests.helpers import files
+from tests.helpers import files, set_mtime
+
+pytestmark = pytest.mark.s3
 
 # Realistic state per built-in adapter (harnesses.md), relative to AM_LOCAL.
 HARNESS_FILES: dict[str, dict[str, tuple[str, int]]] = {
@@ -71,7 +72,7 @@ def test_restore_each_builtin_adapter_into_an_empty_tree(tree: Tree, cli: CliRun
     cli("checkpoint", check=0)
     cli("checkpoint", check=0)  # transcripts are quiet (old mtimes): now whole at their paths
     for name in HARNESS_FILES:
-        assert (tree.data / "state").exists(), name
+        assert (tree.durable / "state").exists(), name
     shutil.rmtree(tree.local)
     out = cli("restore", check=0)
     for name, entries in HARNESS_FILES.items():
@@ -83,8 +84,19 @@ def test_restore_each_builtin_adapter_into_an_empty_tree(tree: Tree, cli: CliRun
     assert "published 1" not in out.stdout and "unchanged" in out.stdout
 
 
-def test_restore_old_rsync_layout_without_manifest(tree: Tree, cli: CliRunner) -> None:
+def test_restore_old_rsync_layout_without_manifest(
+    tree: Tree, cli: CliRunner, request: pytest.FixtureRequest
+) -> None:
     """State written by the old rsync script: plain files, mtimes preserved, no manifest."""
+    if tree.s3 is not None:
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="known gap: S3Store.list reads no object metadata (a LIST carries "
+                "none), so a legacy tree restored from a bucket gets Last-Modified mtimes "
+                "and mode 0644, not the ones rclone's metadata records",
+            )
+        )
     durable_of = {
         "codex": "state/codex",
         "claude": "state/claude",
@@ -103,11 +115,11 @@ def test_restore_old_rsync_layout_without_manifest(tree: Tree, cli: CliRunner) -
     }
     for i, (name, entries) in enumerate(HARNESS_FILES.items()):
         for rel, (text, mode) in entries.items():
-            dst = tree.data / durable_of[name] / Path(rel).relative_to(live_of[name])
+            dst = tree.durable / durable_of[name] / Path(rel).relative_to(live_of[name])
             dst.parent.mkdir(parents=True, exist_ok=True)
             dst.write_text(text)
             dst.chmod(mode)
-            os.utime(dst, ns=(OLD + i, OLD + i))
+            set_mtime(dst, OLD + i)
     cli("restore", check=0)
     _check_restored(tree)
 
@@ -136,8 +148,8 @@ def test_first_checkpoint_after_restore_over_populated_tree_uploads_newer_files(
     cli("restore", check=0)
     out = cli("checkpoint", "codex", check=0)
     assert "codex: published 2 file(s)" in out.stdout  # b (newer) and d (new), not a or c
-    assert (tree.data / "state/codex/b.json").read_text() == "b newer local"
-    assert (tree.data / "state/codex/d.json").read_text() == "d only local"
+    assert (tree.durable / "state/codex/b.json").read_text() == "b newer local"
+    assert (tree.durable / "state/codex/d.json").read_text() == "d only local"
 
 
 def test_checkpoint_with_lost_index_does_not_reupload(tree: Tree, cli: CliRunner) -> None:
@@ -171,7 +183,7 @@ def _write_manifest(store: Path, entries: list[dict[str, object]]) -> None:
 def test_hostile_manifest_cannot_make_restore_write_outside(tree: Tree, cli: CliRunner) -> None:
     outside = tree.base / "outside"
     outside.mkdir()
-    store = tree.data / "state/codex"
+    store = tree.durable / "state/codex"
     (store / "sub").mkdir(parents=True)
     (store / "sub/ok.json").write_text("ok")
     (store / "payload").write_text("evil")
@@ -225,11 +237,12 @@ def test_hostile_manifest_cannot_make_restore_write_outside(tree: Tree, cli: Cli
     assert (tree.local / "codex-home/sub/ok.json").read_text() == "ok"  # the rest goes on
 
 
+@pytest.mark.posix_only("plants a symlink in the durable tree: a bucket holds none")
 def test_symlinked_directory_in_durable_tree_is_not_followed(tree: Tree, cli: CliRunner) -> None:
     outside = tree.base / "outside"
     (outside / "secret").mkdir(parents=True)
     (outside / "secret/key").write_text("host secret")
-    store = tree.data / "state/codex"
+    store = tree.durable / "state/codex"
     store.mkdir(parents=True)
     (store / "sessions").symlink_to(outside / "secret")  # old layout walk, no manifest
     (store / "config.toml").write_text("x")
@@ -256,7 +269,7 @@ def test_missing_durable_object_fails_restore_naming_it(tree: Tree, cli: CliRunn
     tree.write("codex-home/a.json", "a")
     tree.write("codex-home/b.json", "b")
     cli("checkpoint", check=0)
-    (tree.backing / "state/codex/a.json").unlink()
+    (tree.raw / "state/codex/a.json").unlink()
     shutil.rmtree(tree.local)
     out = cli("restore", check=1)
     assert "a.json" in out.stderr and "missing on the durable side" in out.stderr
@@ -293,7 +306,7 @@ def test_gap_in_manifest_sequence_makes_restore_incomplete(tree: Tree, cli: CliR
     for name in "abc":
         tree.write(f"codex-home/{name}.json", name)
         cli("checkpoint", check=0)
-    (tree.backing / "state/codex/.syncengine/manifest/000000000002.delta.jsonl").unlink()
+    (tree.raw / "state/codex/.syncengine/manifest/000000000002.delta.jsonl").unlink()
     shutil.rmtree(tree.local)
     out = cli("restore", check=1)
     assert "000000000002 to 000000000002 are missing" in out.stderr
@@ -341,7 +354,7 @@ def test_large_restore_split_across_processes_restores_and_records_everything(
         expected[rel] = (f'{{"i":{i}}}' * (1 + i % 50), mode, OLD + i)
         tree.write(rel, expected[rel][0], mode=mode, mtime_ns=OLD + i)
     cli("checkpoint", "hermes", check=0)
-    (tree.backing / "state/hermes/d04/f1114.json").unlink()  # in the second share
+    (tree.raw / "state/hermes/d04/f1114.json").unlink()  # in the second share
     shutil.rmtree(tree.local)
     out = cli("restore", "hermes", check=1)
     assert "d04/f1114.json" in out.stderr and "missing on the durable side" in out.stderr

@@ -1,6 +1,6 @@
 """Restore reports success only when it can vouch for the result, and places nothing unsafe.
 
-Hostile or damaged durable content is written into the bucket (`tree.backing`),
+Hostile or damaged durable content is written into the bucket (`tree.raw`),
 never through the mount: malformed manifest entries, setuid modes, a flipped
 bit, a durable file that vanishes while an old-layout tree is restored, an
 invalid live database with no snapshot on a fresh durable root.
@@ -29,7 +29,9 @@ from syncengine.checkpoint.execute import staging_marker
 from syncengine.durable.manifest import format_hash
 from syncengine.restore import execute as restore
 from tests.conftest import CliRunner, Tree
-from tests.helpers import snapshot
+from tests.helpers import set_mtime, snapshot
+
+pytestmark = pytest.mark.s3
 
 OLD = 1_700_000_000 * 10**9
 DUR = "state/codex"
@@ -60,7 +62,7 @@ def _file(store: Path, rel: str, data: bytes, **fields: Any) -> dict[str, Any]:
     path = store / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
-    os.utime(path, ns=(OLD, OLD))
+    set_mtime(path, OLD)
     row = {
         "path": rel,
         "kind": "file",
@@ -102,7 +104,7 @@ def test_each_malformed_entry_is_that_paths_error_and_the_rest_restores(
     tree: Tree, cli: CliRunner
 ) -> None:
     """Before: AssertionError / ValueError / OverflowError tracebacks, nothing restored."""
-    store = tree.backing / DUR
+    store = tree.raw / DUR
     rows: list[Any] = [_file(store, "good.json", b'{"ok": 1}')]
     base = {"kind": "file", "size": 1, "mtime_ns": 1, "mode": 0o644}
     rows += [row if row.get("kind") == "symlink" else base | row for row in BAD_ROWS.values()]
@@ -128,7 +130,7 @@ def test_each_malformed_entry_is_that_paths_error_and_the_rest_restores(
 
 def test_manifest_modes_never_restore_setuid_setgid_or_sticky(tree: Tree, cli: CliRunner) -> None:
     """Anyone who can write the bucket could otherwise plant a setuid root file."""
-    store = tree.backing / DUR
+    store = tree.raw / DUR
     rows = [
         _file(store, "suid", b"#!/bin/sh\n", mode=0o6755),
         _file(store, "sticky", b"x", mode=0o1777),
@@ -155,7 +157,7 @@ def _flip(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x10
     path.write_bytes(bytes(data))
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    set_mtime(path, st.st_mtime_ns)
 
 
 def _no_temp_files(root: Path) -> None:
@@ -170,7 +172,7 @@ def test_a_flipped_bit_is_that_paths_error_and_nothing_corrupt_is_placed(
     tree.write("codex-home/a.json", "a" * 1000, mtime_ns=OLD)
     tree.write("codex-home/b.json", "b" * 1000, mtime_ns=OLD)
     cli("checkpoint", "codex", check=0)
-    _flip(tree.backing / DUR / "a.json")
+    _flip(tree.raw / DUR / "a.json")
     shutil.rmtree(tree.local)  # a new container: no local state
     out = cli("restore", "codex", check=1)
     assert "a.json" in out.stderr and "corrupt" in out.stderr
@@ -194,7 +196,7 @@ def test_a_rewrite_with_a_new_mtime_is_corrupt_when_no_checkpoint_was_interrupte
     unrecorded can be at a path, whatever its mtime says."""
     tree.write("codex-home/a.json", "a" * 100, mtime_ns=OLD)
     cli("checkpoint", "codex", check=0)
-    (tree.backing / DUR / "a.json").write_bytes(b"A" * 100)  # mtime: now
+    (tree.raw / DUR / "a.json").write_bytes(b"A" * 100)  # mtime: now
     os.unlink(tree.local / "codex-home/a.json")
     out = cli("restore", "codex", check=1)
     assert "no checkpoint was interrupted" in out.stderr
@@ -209,9 +211,9 @@ def test_newer_complete_version_of_an_interrupted_checkpoint_is_restored(
     mtime, and the next checkpoint records it in a full base."""
     tree.write("codex-home/a.json", "v1", mtime_ns=OLD)
     cli("checkpoint", "codex", check=0)
-    durable = tree.backing / DUR / "a.json"
+    durable = tree.raw / DUR / "a.json"
     durable.write_bytes(b"version 2")
-    os.utime(durable, ns=(OLD + 10**9, OLD + 10**9))  # the live mtime, as copied
+    set_mtime(durable, OLD + 10**9)  # the live mtime, as copied
     staging_marker(tree.state, "codex").touch()  # the killed pass's marker
     os.unlink(tree.local / "codex-home/a.json")
     out = cli("restore", "codex", check=0)
@@ -220,7 +222,7 @@ def test_newer_complete_version_of_an_interrupted_checkpoint_is_restored(
     assert live.read_text() == "version 2" and live.stat().st_mtime_ns == OLD + 10**9
     tree.write("codex-home/other.json", "x")
     cli("checkpoint", "codex", check=0)
-    assert (tree.backing / DUR / ".syncengine/manifest/000000000002.base.jsonl").exists()
+    assert (tree.raw / DUR / ".syncengine/manifest/000000000002.base.jsonl").exists()
     shutil.rmtree(tree.local)
     cli("restore", "codex", check=0)  # recorded now: nothing left to judge
     assert (tree.local / "codex-home/a.json").read_text() == "version 2"
@@ -243,7 +245,7 @@ def test_invalid_live_database_without_snapshot_on_a_fresh_durable_root(
     conf = tree.base / "c.toml"
     conf.write_text(SQLITE_CONFIG)
     tree.write("app/app.db", b"SQLite format 3\x00" + b"\xff" * 4000)
-    assert not (tree.data / "state/app").exists()
+    assert not (tree.durable / "state/app").exists()
     out = cli("--config", str(conf), "restore", check=1)
     assert "app.db" in out.stderr and "no durable snapshot" in out.stderr
     started = tree.base / "started"
@@ -266,7 +268,7 @@ def test_invalid_live_database_without_snapshot_on_a_fresh_durable_root(
 
 
 def _old_layout(tree: Tree) -> Path:
-    store = tree.backing / DUR
+    store = tree.raw / DUR
     for name in ("a", "b", "c"):
         path = store / "sessions" / f"{name}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -303,6 +305,7 @@ def test_old_layout_file_vanishing_after_listing_is_skipped(
     assert "restore.vanished path=sessions/b.jsonl" in caplog.text
 
 
+@pytest.mark.posix_only("puts a directory where a durable file was: a bucket cannot")
 def test_old_layout_file_that_cannot_be_read_still_fails(
     tree: Tree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -322,7 +325,7 @@ def test_restore_never_writes_outside_the_live_root_with_hostile_objects(
     tree: Tree, cli: CliRunner
 ) -> None:
     """Malformed and hostile entries together: the tree outside the live root is untouched."""
-    store = tree.backing / DUR
+    store = tree.raw / DUR
     outside = tree.base / "outside"
     outside.mkdir()
     rows = [
@@ -387,7 +390,7 @@ def test_property_malformed_entries_never_raise_never_escape_and_are_each_report
     nothing outside the live root, names every bad entry, and restores every good one
     (without setuid, setgid or sticky bits)."""
     n = len(list((tree.base / "states").glob("*"))) if (tree.base / "states").exists() else 0
-    store, live = tree.backing / f"state/h{n}", tree.local / f"h{n}"
+    store, live = tree.raw / f"state/h{n}", tree.local / f"h{n}"
     rows: list[Any] = []
     good: dict[str, tuple[bytes, int]] = {}
     named: list[str] = []
@@ -423,7 +426,7 @@ def test_property_malformed_entries_never_raise_never_escape_and_are_each_report
     }
 
     def outside() -> tuple[dict[str, Any], ...]:  # the bucket, and the local side but h<n>
-        return snapshot(tree.backing), {
+        return snapshot(tree.raw), {
             k: v
             for k, v in snapshot(tree.local).items()
             if k != f"h{n}" and not k.startswith(f"h{n}/")

@@ -12,6 +12,8 @@ from syncengine.errors import LockBusy
 from syncengine.local.lock import StateLock
 from tests.conftest import CliRunner, EngineFactory, Tree
 
+pytestmark = pytest.mark.s3
+
 RAW = {"adapters": [], "adapter": [{"name": "x", "live": "x", "durable": "state/x"}]}
 
 
@@ -23,7 +25,7 @@ def test_start_stop_as_context_manager_leaves_no_threads(tree: Tree, engine: Eng
         tree.write("x/b.txt", "b")
         report = runner.checkpoint_now(timeout=30)
         assert report.ok
-        assert (tree.data / "state/x/b.txt").read_text() == "b"
+        assert (tree.durable / "state/x/b.txt").read_text() == "b"
     assert not runner.running
     assert set(threading.enumerate()) == before
 
@@ -34,7 +36,7 @@ def test_final_checkpoint_on_stop(tree: Tree, engine: EngineFactory) -> None:
     tree.write("x/late.txt", "written just before stop")
     final = runner.stop()
     assert final is not None and final.files == 1
-    assert (tree.data / "state/x/late.txt").read_text() == "written just before stop"
+    assert (tree.durable / "state/x/late.txt").read_text() == "written just before stop"
     assert runner.stop() is None
 
 
@@ -55,7 +57,7 @@ def test_checkpoint_now_from_several_threads(tree: Tree, engine: EngineFactory) 
             t.join()
     assert sorted(results) == list(range(6))
     for n in range(6):
-        assert (tree.data / f"state/x/t{n}.txt").read_text() == str(n)
+        assert (tree.durable / f"state/x/t{n}.txt").read_text() == str(n)
 
 
 def test_checkpoint_now_times_out_while_another_process_holds_the_lock(
@@ -67,7 +69,7 @@ def test_checkpoint_now_times_out_while_another_process_holds_the_lock(
 
 
 def test_incomplete_restore_raises_and_starts_nothing(tree: Tree, engine: EngineFactory) -> None:
-    mdir = tree.data / "state/x/.syncengine/manifest"
+    mdir = tree.durable / "state/x/.syncengine/manifest"
     mdir.mkdir(parents=True)
     lines = [
         {"syncengine_manifest": 1, "adapter": "x", "seq": 1, "type": "base", "created_ns": 1},

@@ -25,6 +25,8 @@ from syncengine.local import chainstate
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, EngineFactory, Tree
 
+pytestmark = pytest.mark.s3
+
 RAW: dict[str, Any] = {
     "adapters": [],
     "adapter": [{"name": "x", "live": "x", "durable": "state/x", "segments": ["*.jsonl"]}],
@@ -50,7 +52,7 @@ with open(path, "ab", buffering=0) as f:
 
 def chain_objects(tree: Tree, rel: str = LOG) -> list[Path]:
     """The chain's objects in the bucket itself: tests damage them there, as a user could."""
-    base = tree.backing / "state/x" / segments.SEG_DIR / f"{rel}.d"
+    base = tree.raw / "state/x" / segments.SEG_DIR / f"{rel}.d"
     return sorted(base.rglob("*.seg")) if base.exists() else []
 
 
@@ -74,7 +76,7 @@ def manifest_objects(tree: Tree) -> list[str]:
 
 
 def durable_files(tree: Tree) -> dict[str, bytes]:
-    root = tree.backing / "state/x"
+    root = tree.raw / "state/x"
     return {
         p.relative_to(root).as_posix(): p.read_bytes()
         for p in root.rglob("*")
@@ -262,7 +264,7 @@ def test_final_checkpoint_publishes_partial_line_and_chain_continues_after_resto
     # the last 4 bytes as a segment, then (writers stopped) the whole log at its plain path
     assert report.files == 1 and report.adapters[0].plain_copies == 1
     assert report.bytes == 4 + 9
-    assert (tree.backing / "state/x" / LOG).read_bytes() == b"done\nhalf"
+    assert (tree.raw / "state/x" / LOG).read_bytes() == b"done\nhalf"
     wipe_local(tree)
     assert engine(RAW).restore().ok
     restored = tree.local / "x" / LOG
@@ -355,7 +357,7 @@ def test_an_append_publishes_one_object_and_no_manifest(tree: Tree, engine: Engi
     assert final.ok and final.adapters[0].manifest is not None
     assert final.files == 0 and final.adapters[0].plain_copies == 1, "the plain copy only"
     assert final.bytes == path.stat().st_size
-    assert (tree.backing / "state/x" / LOG).read_bytes() == path.read_bytes()
+    assert (tree.raw / "state/x" / LOG).read_bytes() == path.read_bytes()
     assert entry(tree).extra["lens"] == [1200] + [1024] * 3
     with tree.no_durable_ops():
         assert eng.checkpoint(final=True).adapters[0].manifest is None  # nothing left to record

@@ -19,6 +19,8 @@ import pytest
 from syncengine.durable import manifest
 from tests.conftest import CliRunner, Tree
 
+pytestmark = pytest.mark.s3
+
 WRITER = r"""
 import select, sqlite3, sys
 db, mode = sys.argv[1], sys.argv[2]
@@ -144,7 +146,7 @@ def rows(db: Path | str) -> int:
 
 def snapshot_rows(tree: Tree, adapter: str, rel: str) -> int:
     """quick_check and count a published snapshot on a private copy (never open it in place)."""
-    obj = tree.data / "state" / adapter / "checkpoints" / rel
+    obj = tree.durable / "state" / adapter / "checkpoints" / rel
     copy = tree.base / f"check-{os.getpid()}.db"
     copy.write_bytes(obj.read_bytes())
     try:
@@ -159,7 +161,7 @@ def entries(tree: Tree, adapter: str) -> dict[str, manifest.Entry]:
 
 
 def durable_files(tree: Tree, adapter: str) -> list[str]:
-    root = tree.data / "state" / adapter
+    root = tree.durable / "state" / adapter
     return sorted(
         p.relative_to(root).as_posix()
         for p in root.rglob("*")
@@ -181,14 +183,13 @@ def test_wal_writer_open_snapshot_is_consistent_and_idle_is_not_rewritten(
     e = entries(tree, "app")["app.db"]
     assert (e.kind, e.object) == ("sqlite", "checkpoints/app.db")
 
-    obj = tree.data / "state" / "app" / "checkpoints" / "app.db"
-    before = obj.stat()
-    manifests = sorted((tree.data / "state/app/.syncengine/manifest").iterdir())
+    obj = tree.durable / "state" / "app" / "checkpoints" / "app.db"
+    before = (tree.writes_of("state/app/checkpoints/app.db"), obj.stat().st_mtime_ns)
+    manifests = sorted((tree.durable / "state/app/.syncengine/manifest").iterdir())
     for _ in range(2):  # the first may look again (recent mtime); neither publishes
         cli("--config", cfg, "checkpoint", "app", check=0)
-    after = obj.stat()
-    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-    assert sorted((tree.data / "state/app/.syncengine/manifest").iterdir()) == manifests
+    assert (tree.writes_of("state/app/checkpoints/app.db"), obj.stat().st_mtime_ns) == before
+    assert sorted((tree.durable / "state/app/.syncengine/manifest").iterdir()) == manifests
 
     assert w.insert(25) == 75
     cli("--config", cfg, "checkpoint", "app", check=0)
@@ -223,7 +224,7 @@ def test_corrupt_live_database_fails_and_keeps_previous_snapshot(
 ) -> None:
     make_db(tree.local / "app" / "app.db", 30)
     cli("--config", cfg, "checkpoint", "app", check=0)
-    obj = tree.data / "state" / "app" / "checkpoints" / "app.db"
+    obj = tree.durable / "state" / "app" / "checkpoints" / "app.db"
     published = obj.read_bytes()
     db = tree.local / "app" / "app.db"
     for suffix in ("-wal", "-shm"):
@@ -356,10 +357,10 @@ def test_unlisted_database_in_a_tree_is_snapshotted(
     assert durable_files(tree, "tree") == ["checkpoints/sub/cache.db", "readme.md"]
     assert snapshot_rows(tree, "tree", "sub/cache.db") == 7
     assert entries(tree, "tree")["sub/cache.db"].kind == "sqlite"
-    manifests = sorted((tree.data / "state/tree/.syncengine/manifest").iterdir())
+    manifests = sorted((tree.durable / "state/tree/.syncengine/manifest").iterdir())
     for _ in range(2):
         cli("--config", cfg, "checkpoint", "tree", check=0)
-    assert sorted((tree.data / "state/tree/.syncengine/manifest").iterdir()) == manifests
+    assert sorted((tree.durable / "state/tree/.syncengine/manifest").iterdir()) == manifests
     w.insert(3)  # only the WAL changes
     cli("--config", cfg, "checkpoint", "tree", check=0)
     assert snapshot_rows(tree, "tree", "sub/cache.db") == 10
@@ -378,7 +379,7 @@ def test_old_raw_layout_is_restored_by_sqlite_recovery(
     w = Writer(tree.local / "old" / "app.db")
     writers.append(w)
     w.insert(9)  # committed frames only in the WAL
-    durable = tree.data / "state" / "app"
+    durable = tree.durable / "state" / "app"
     durable.mkdir(parents=True)
     for suffix in ("", "-wal", "-shm"):
         src = tree.local / "old" / f"app.db{suffix}"

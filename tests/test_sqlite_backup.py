@@ -21,6 +21,8 @@ from tests.conftest import CliRunner, EngineFactory, Tree
 from tests.helpers import Child, query_snapshot
 from tests.test_sqlite import make_db
 
+pytestmark = pytest.mark.s3
+
 CONFIG = {
     "adapters": [],
     "sqlite_busy_timeout": 2.0,
@@ -45,7 +47,7 @@ def listing(d: Path) -> dict[str, tuple[int, int, str]]:
 def snapshot_count(tree: Tree) -> int:
     """Rows of the published snapshot (checked, on a private copy)."""
     rows = query_snapshot(
-        tree.data / "state/app/checkpoints/app.db", tree.base, "SELECT count(*) FROM t"
+        tree.durable / "state/app/checkpoints/app.db", tree.base, "SELECT count(*) FROM t"
     )
     return int(str(rows[0][0]))
 
@@ -232,7 +234,7 @@ def test_snapshots_beside_a_writer_committing_all_the_time_hold_whole_transactio
         report = eng.checkpoint()
         assert report.ok, report.errors
         rows = query_snapshot(
-            tree.data / "state/app/checkpoints/app.db",
+            tree.durable / "state/app/checkpoints/app.db",
             tree.base,
             "SELECT (SELECT sum(n) FROM t), (SELECT k FROM c)",
         )

@@ -25,6 +25,8 @@ from syncengine.sqlite_check import CORRUPT, OK, UNCHECKED, check
 from tests.conftest import CliRunner, Tree
 from tests.helpers import query_closed_db
 
+pytestmark = pytest.mark.s3
+
 FUTURE = 3_099_000  # what a SQLite 3.99.0 would write at offset 96
 
 
@@ -253,8 +255,12 @@ def test_newer_databases_are_snapshotted_restored_and_verified(
     proc = cli("--config", cfg, "checkpoint", check=0)
     assert "sqlite.unchecked" in proc.stderr and "function myfn()" in proc.stderr
     assert "a schema this SQLite cannot parse" in proc.stderr
-    published = tree.data / "state/oc/checkpoints/agents/main/agent"
-    assert sorted(os.listdir(published)) == ["gen.sqlite", "openclaw-agent.sqlite", "schema.sqlite"]
+    published = tree.durable / "state/oc/checkpoints/agents/main/agent"
+    assert sorted(p.name for p in published.iterdir()) == [
+        "gen.sqlite",
+        "openclaw-agent.sqlite",
+        "schema.sqlite",
+    ]
     out = cli("--config", cfg, "verify", "--sample", "100", check=0).stdout
     assert "verify: OK" in out and "could not check" in out and "0 problem(s)" in out
     shutil.rmtree(tree.local / "oc")
@@ -272,7 +278,7 @@ def test_corrupt_database_is_refused_on_all_three_sides(
 ) -> None:
     db = make(tree.local / "oc/agents/main/agent/a.sqlite", wal=False, rows=300)
     cli("--config", cfg, "checkpoint", check=0)
-    obj = tree.data / "state/oc/checkpoints/agents/main/agent/a.sqlite"
+    obj = tree.durable / "state/oc/checkpoints/agents/main/agent/a.sqlite"
     good = obj.read_bytes()
     damage_table(db, "t")  # the live database: checkpoint refuses it, keeps the snapshot
     proc = cli("--config", cfg, "checkpoint", check=1)

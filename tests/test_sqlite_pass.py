@@ -16,6 +16,8 @@ import pytest
 from tests.conftest import EngineFactory, Tree
 from tests.helpers import Child, query_snapshot
 
+pytestmark = pytest.mark.s3
+
 PAIR_WRITER = r"""
 import os, select, sqlite3, sys, time
 log_path, db_path = sys.argv[1], sys.argv[2]
@@ -60,7 +62,9 @@ def pair_writer(tree: Tree) -> Iterator[Child]:
 
 def recorded_length(tree: Tree) -> int:
     rows = query_snapshot(
-        tree.data / "state/cx/checkpoints/thread_history.sqlite", tree.base, "SELECT len FROM pos"
+        tree.durable / "state/cx/checkpoints/thread_history.sqlite",
+        tree.base,
+        "SELECT len FROM pos",
     )
     return int(str(rows[0][0]))
 
@@ -73,7 +77,7 @@ def test_database_snapshot_is_never_ahead_of_the_log_it_indexes(
     for _ in range(10):
         report = eng.checkpoint()
         assert report.ok, report.errors
-        durable_log = (tree.data / "state/cx/rollout.jsonl").stat().st_size
+        durable_log = (tree.durable / "state/cx/rollout.jsonl").stat().st_size
         recorded = recorded_length(tree)
         assert recorded <= durable_log, (recorded, durable_log, seen)
         seen.append((recorded, durable_log))

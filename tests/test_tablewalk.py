@@ -24,7 +24,6 @@ import pytest
 
 from syncengine import Engine
 from syncengine.durable import manifest
-from syncengine.durable.posix.store import Store
 from syncengine.local.index import Index
 from syncengine.walk import tablewalk
 from syncengine.walk.job import ScanResult
@@ -32,6 +31,8 @@ from syncengine.walk.missing import find_missing, missing_among, missing_dirs
 from syncengine.walk.scan import scan
 from tests.conftest import EngineFactory, Tree
 from tests.helpers import dir_modes, files
+
+pytestmark = pytest.mark.s3
 
 pytestmark = pytest.mark.dir_only(
     "the directory table is local state; the durable side is "
@@ -70,7 +71,7 @@ def _live(tree: Tree) -> Path:
 
 
 def _durable(tree: Tree) -> dict[str, bytes]:
-    return files(tree.data / "state" / "t")
+    return files(tree.durable / "state" / "t")
 
 
 def _expected(tree: Tree) -> dict[str, bytes]:
@@ -212,7 +213,7 @@ def _recorded_dirs(tree: Tree) -> dict[str, int]:
     """The directories the manifest records and the index does not count as missing."""
     index = Index.load(tree.state / "index" / "t.idx")
     assert index is not None
-    entries = manifest.load(Store(tree.data / "state" / "t")).entries
+    entries = manifest.load(tree.store("state/t")).entries
     present = {p for p, _, absent in index.dir_items() if not absent}
     return {p: e.mode for p, e in entries.items() if e.kind == "dir" and p in present}
 
@@ -409,5 +410,5 @@ def test_checkpoints_killed_at_random_points_lose_nothing(tree: Tree, cli: Any) 
             proc.kill()
             proc.wait()
     cli("checkpoint", check=0)
-    durable = files(tree.data / "state" / "codex" / "memories")
+    durable = files(tree.durable / "state" / "codex" / "memories")
     assert durable == files(live)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import signal
@@ -24,6 +23,9 @@ from syncengine.durable.manifest import Entry
 from syncengine.durable.posix.store import Store
 from syncengine.ops.verify import sampled
 from tests.conftest import CliRunner, EngineFactory, Tree
+from tests.helpers import set_mtime
+
+pytestmark = pytest.mark.s3
 
 CONFIG = """adapters = []
 [[adapter]]
@@ -63,7 +65,7 @@ def _damage(path: Path, change: Callable[[bytes], bytes]) -> None:
     """Change a durable file in the bucket and keep its mtime, as bit rot would."""
     st = path.stat()
     path.write_bytes(change(path.read_bytes()))
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    set_mtime(path, st.st_mtime_ns)
 
 
 def _good_db(path: Path) -> bytes:
@@ -85,8 +87,8 @@ def test_a_sound_store_verifies(tree: Tree, cli: CliRunner) -> None:
 
 def test_each_problem_is_named(tree: Tree, cli: CliRunner) -> None:
     conf = _setup(tree, cli)
-    durable = tree.backing / "state/x"  # damaged in the bucket, mtimes kept (bit rot)
-    store = Store(durable)
+    durable = tree.raw / "state/x"  # damaged in the bucket, mtimes kept (bit rot)
+    store = tree.store("state/x")
     _damage(durable / "f1.txt", lambda data: b"content 1\n")  # truncated
     (durable / "f2.txt").unlink()  # missing
     _damage(durable / "f3.txt", lambda data: data.replace(b"3", b"9"))  # same size, corrupt
@@ -121,7 +123,7 @@ def test_each_problem_is_named(tree: Tree, cli: CliRunner) -> None:
 
 def test_unlisted_files_fail_only_with_strict(tree: Tree, cli: CliRunner) -> None:
     conf = _setup(tree, cli)
-    (tree.backing / "state/x/stray.txt").write_text("x")
+    (tree.raw / "state/x/stray.txt").write_text("x")
     cli("--config", str(conf), "verify", check=0)
     out = cli("--config", str(conf), "verify", "--strict", check=1)
     assert "PROBLEM x: stray.txt" in out.stdout
@@ -129,7 +131,7 @@ def test_unlisted_files_fail_only_with_strict(tree: Tree, cli: CliRunner) -> Non
 
 def test_resumes_where_it_stopped(tree: Tree, cli: CliRunner, engine: EngineFactory) -> None:
     _setup(tree, cli)
-    (tree.backing / "state/x/f5.txt").unlink()
+    (tree.raw / "state/x/f5.txt").unlink()
     eng = engine(
         {
             "adapters": [],
@@ -168,7 +170,7 @@ def test_unreadable_manifest_object_and_invalid_entry_fail_verify(
 ) -> None:
     """verify fails wherever restore would be incomplete (before: skipped with a note)."""
     conf = _setup(tree, cli)
-    mdir = tree.backing / "state/x/.syncengine/manifest"
+    mdir = tree.raw / "state/x/.syncengine/manifest"
     bad = {"path": "f0.txt", "kind": "file", "size": -5, "mtime_ns": OLD, "mode": 0o644}
     (mdir / "000000000002.delta.jsonl").write_text(
         '{"syncengine_manifest": 1, "seq": 2, "type": "delta"}\n'
@@ -248,7 +250,7 @@ def test_verify_strict_after_killed_checkpoints_reports_only_real_corruption(
     }
     assert Engine(config_from_dict(raw, env=env)).restore().ok
     cli("--config", str(conf), "checkpoint", check=0)  # records everything: all copies match
-    _damage(tree.backing / "state/k/f5.bin", lambda d: d[:100] + bytes([d[100] ^ 1]) + d[101:])
+    _damage(tree.raw / "state/k/f5.bin", lambda d: d[:100] + bytes([d[100] ^ 1]) + d[101:])
     report = eng.verify(sample=100, strict=True, restart=True)
     assert [p.path for p in report.adapters[0].problems] == ["f5.bin"]
     assert "corrupt" in report.adapters[0].problems[0].what
