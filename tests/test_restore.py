@@ -84,19 +84,8 @@ def test_restore_each_builtin_adapter_into_an_empty_tree(tree: Tree, cli: CliRun
     assert "published 1" not in out.stdout and "unchanged" in out.stdout
 
 
-def test_restore_old_rsync_layout_without_manifest(
-    tree: Tree, cli: CliRunner, request: pytest.FixtureRequest
-) -> None:
+def test_restore_old_rsync_layout_without_manifest(tree: Tree, cli: CliRunner) -> None:
     """State written by the old rsync script: plain files, mtimes preserved, no manifest."""
-    if tree.s3 is not None:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="known gap: S3Store.list reads no object metadata (a LIST carries "
-                "none), so a legacy tree restored from a bucket gets Last-Modified mtimes "
-                "and mode 0644, not the ones rclone's metadata records",
-            )
-        )
     durable_of = {
         "codex": "state/codex",
         "claude": "state/claude",
@@ -122,6 +111,22 @@ def test_restore_old_rsync_layout_without_manifest(
             set_mtime(dst, OLD + i)
     cli("restore", check=0)
     _check_restored(tree)
+
+
+def test_old_layout_restore_keeps_a_local_file_newer_than_the_durable_mtime(
+    tree: Tree, cli: CliRunner
+) -> None:
+    """No manifest: the durable file's own mtime decides, not when it reached the store (on
+    S3 a LIST gives only the upload time, later than the local file here)."""
+    durable = tree.durable / "state/codex/config.toml"
+    durable.parent.mkdir(parents=True, exist_ok=True)
+    durable.write_text("old durable\n")
+    durable.chmod(0o600)
+    set_mtime(durable, OLD)
+    tree.write("codex-home/config.toml", "newer local\n", mtime_ns=OLD + 10**9)
+    out = cli("restore", check=0)
+    assert (tree.local / "codex-home/config.toml").read_text() == "newer local\n"
+    assert "1 newer local kept" in out.stdout
 
 
 def test_hot_restart_keeps_a_newer_local_file(tree: Tree, cli: CliRunner) -> None:

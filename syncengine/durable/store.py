@@ -85,6 +85,15 @@ class ObjectInfo:
     mode: int  # permission bits (0o7777)
     kind: Kind = "file"
     target: str | None = None  # a link's target
+    exact: bool = True  # False: mode and mtime are stand-ins (an S3 LIST); `head` has them
+
+
+def with_metadata(store: Store, top: str = "") -> Iterator[ObjectInfo]:
+    """`store.list(top)`, each object with its real mode and mtime: one `head` for each
+    one the listing could not describe (`exact` False: an S3 LIST carries no user
+    metadata).  For reading an old-layout tree, where nothing else records them."""
+    for info in store.list(top):
+        yield info if info.exact else (store.head(info.key) or info)
 
 
 class Stream(Protocol):

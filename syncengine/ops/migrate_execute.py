@@ -18,7 +18,7 @@ from syncengine.copier import stream, upload
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
 from syncengine.durable.s3.location import in_bucket
-from syncengine.durable.store import ObjectInfo, Store
+from syncengine.durable.store import ObjectInfo, Store, with_metadata
 from syncengine.errors import DurableError, SourceError, durable_error
 from syncengine.fs import savefile
 from syncengine.local.status import index_path
@@ -52,10 +52,7 @@ def link_target(info: ObjectInfo, root: Path) -> str | None:
 def listed(ctx: Setup, root: Path) -> Iterator[ObjectInfo]:
     """Every object below `root` with its real mode and mtime: in the bucket, a LIST
     carries no metadata, so each object is asked for them (a HEAD)."""
-    store = ctx.store(root)
-    bucket = in_bucket(ctx.config.s3, root)
-    for info in store.list():
-        yield (store.head(info.key) or info) if bucket and info.kind == "file" else info
+    return with_metadata(ctx.store(root))
 
 
 def execute(ctx: Setup, spec: AdapterSpec, action: Action) -> Entry | None:

@@ -36,7 +36,7 @@ from syncengine.checkpoint import execute as checkpoint
 from syncengine.copier import Vanished
 from syncengine.durable import manifest, recorded
 from syncengine.durable.manifest import Entry
-from syncengine.durable.store import Store
+from syncengine.durable.store import Store, with_metadata
 from syncengine.errors import DurableError, SourceError
 from syncengine.fs.safepath import DirCache, UnsafePath, check_relpath
 from syncengine.local import chainstate, seed
@@ -84,7 +84,7 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
         entries = openfiles.reconcile(store, state.entries.values())
         return entries + list(state.invalid.values()), list(state.problems), "manifest"
     entries = []
-    for info in store.list():  # a link is listed with its target (durable.store)
+    for info in with_metadata(store):  # a link is listed with its target (durable.store)
         if info.kind == "link" and info.target is None:
             entries.append(Entry.invalid(info.key, "cannot read the durable symlink"))
         elif info.kind == "link":

@@ -295,14 +295,15 @@ class S3Store(AtomicPutStore):
 
     def list(self, top: str = "") -> Iterator[ObjectInfo]:
         """Every object below `top`.  A LIST carries no user metadata: mode and mtime are
-        then 0o644 and the LIST's last-modified (the manifest records the real ones)."""
+        then 0o644 and the LIST's last-modified, marked not `exact` (the manifest records
+        the real ones; `durable.store.with_metadata` asks for them)."""
         try:
             for chunk in obstore.list(self.client, top or None, chunk_size=1000):
                 for meta in chunk:
                     key = meta["path"]
                     if not top and key.startswith(META_DIR + "/"):
                         continue
-                    yield _info(key, meta, {})
+                    yield _info(key, meta, {}, exact=False)
         except Exception as exc:
             raise self.fail("list", top, exc) from exc
 
@@ -315,7 +316,7 @@ def _metadata(mode: int, mtime_ns: int) -> dict[str, str]:
     }
 
 
-def _info(key: str, meta: Any, attributes: Any) -> ObjectInfo:
+def _info(key: str, meta: Any, attributes: Any, *, exact: bool = True) -> ObjectInfo:
     mode, mtime_ns = 0o644, int(meta["last_modified"].timestamp() * 10**9)
     try:
         if "mode" in attributes:
@@ -325,7 +326,7 @@ def _info(key: str, meta: Any, attributes: Any) -> ObjectInfo:
             mtime_ns = int(whole) * 10**9 + int((frac + "000000000")[:9])
     except ValueError:  # metadata another tool wrote differently: the LIST's values
         pass
-    return ObjectInfo(key, int(meta["size"]), mtime_ns, mode, "file")
+    return ObjectInfo(key, int(meta["size"]), mtime_ns, mode, "file", exact=exact)
 
 
 def _conforms(where: S3Location) -> Store:
