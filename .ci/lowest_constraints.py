@@ -32,7 +32,8 @@ def lowest(requirements: list[str]) -> list[str]:
 
 def main(extras: list[str]) -> int:
     project = tomllib.loads(Path(__file__).parent.parent.joinpath("pyproject.toml").read_text())[
-        "project"]
+        "project"
+    ]
     requirements = list(project.get("dependencies", []))
     for extra in extras or ["test"]:
         requirements += project["optional-dependencies"][extra]

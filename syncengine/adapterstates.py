@@ -42,6 +42,12 @@ class AdapterStates:
         self._restored_fresh: set[str] = set()  # indexes this engine's restore built whole
         self._checked: dict[str, str] = {}  # adapter -> mount instance checked (seed.due)
 
+    def forget_indexes(self, keep: frozenset[str] = frozenset()) -> None:
+        """Another instance held the lease since these indexes were saved: each adapter
+        but `keep` starts again from the durable manifest (`syncengine.rootlease`)."""
+        self.indexes = {name: ix for name, ix in self.indexes.items() if name in keep}
+        self.unseeded &= keep
+
     def state(self, spec: AdapterSpec) -> AdapterState:
         """One adapter's live root, store and index (reloaded when another process saved it)."""
         index_path = status.index_path(self.config.state_dir, spec.name)
@@ -73,6 +79,7 @@ class AdapterStates:
             sqlite=options,
             sqlite_patterns=spec.sqlite,
             notices=self.engine.notices,
+            fence=self.engine.lease.fence(spec.name),
         )
 
     def adapter_state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:

@@ -169,6 +169,9 @@ def _print_status(status: dict[str, Any], *, as_json: bool = False) -> None:
             + (f", last error: {daemon['last_error']}" if daemon.get("last_error") else "")
             + (", FINAL CHECKPOINT INCOMPLETE" if daemon.get("final_ok") is False else "")
         )
+    from syncengine import clilease
+
+    print("\n".join(clilease.status_lines(status)))
     print("adapters:")
     running = bool(daemon and daemon.get("running"))
     for a in status["adapters"]:
@@ -255,6 +258,11 @@ def _journal(engine: Engine, action: str, session: str) -> int:
 
 
 def _run(engine: Engine, args: argparse.Namespace) -> int:
+    """``run`` (and ``lease``, the other command about who writes the durable root)."""
+    if args.command == "lease":
+        from syncengine import clilease
+
+        return clilease.command(engine, args)
     from syncengine.daemon.runner import Runner
     from syncengine.daemon.supervisor import Supervisor
 
@@ -264,8 +272,14 @@ def _run(engine: Engine, args: argparse.Namespace) -> int:
             "syncengine run: missing COMMAND (syncengine run -- COMMAND [ARGS...])", file=sys.stderr
         )
         return 2
-    runner = Runner(engine, watch=not args.no_watch)  # interval: config, or --interval
+    runner = Runner(engine, watch=not args.no_watch, takeover=args.takeover)
     return Supervisor(runner, cmd, grace=args.grace, stop_timeout=args.stop_timeout).run()
+
+
+def _release_lease(engine: Engine | None) -> None:
+    """A command ends: the lease it took goes (the next instance need not wait)."""
+    if engine is not None:
+        engine.close()  # a failure is logged: the lease expires instead
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -299,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(engine, args.path, args.adapter, args.output)
         if args.command == "journal":
             return _journal(engine, args.action, args.session)
-        if args.command == "run":
+        if args.command in ("run", "lease"):
             return _run(engine, args)
         if args.command == "explain":
             from syncengine.ops import explain
@@ -330,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.adapters, wait=not args.no_wait, dry_run=args.dry_run, final=args.final
             )
         else:
-            report = engine.restore(args.adapters, dry_run=args.dry_run)
+            report = engine.restore(args.adapters, dry_run=args.dry_run, takeover=args.takeover)
     except SyncEngineError as exc:
         print(f"syncengine: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -338,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         error = engine.os_error(args.command, exc) if engine is not None else exc
         print(f"syncengine: {error}", file=sys.stderr)
         return 1
+    finally:
+        _release_lease(engine)
     _print_report(report, args.quiet)
     return report.exit_code
 

@@ -11,11 +11,12 @@ rest of the configuration.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
 
-from syncengine import __version__
+from syncengine import __version__, clilease
 
 EPILOG = """\
 exit codes:
@@ -194,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pass_commands(sub)  # in this order in --help
     _durable_commands(sub)
     _explain_and_run(sub)
+    clilease.add_parser(functools.partial(_command, sub))
     return p
 
 
@@ -228,10 +230,13 @@ def _pass_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="fill the live trees from the durable checkpoint",
         description="Copy files that are missing locally or older than the "
         "durable copy; never overwrite a newer local file; never write outside "
-        "the live root.",
+        "the live root.  Waits first until no other instance holds the durable "
+        "root's lease (its final checkpoint is what you restore); 77 when it did "
+        "not come free within lease_wait.",
     )
     r.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
     r.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    r.add_argument("--takeover", action="store_true", help=clilease.TAKEOVER)
 
     s = _command(
         sub,
@@ -345,10 +350,7 @@ def _explain_and_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     x.add_argument("adapter", metavar="ADAPTER")
     x.add_argument(
-        "paths",
-        nargs="*",
-        metavar="PATH",
-        help="only these paths (absolute, or relative to the live tree)",
+        "paths", nargs="*", metavar="PATH", help="absolute, or relative to the live tree"
     )
     x.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -356,12 +358,14 @@ def _explain_and_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         sub,
         "run",
         help="restore, run COMMAND, checkpoint until it exits",
-        description="Container entrypoint: restore (COMMAND is not started if "
-        "the restore is incomplete), start COMMAND, checkpoint every interval "
-        "(inotify hints when available), forward SIGTERM/SIGINT/SIGHUP, take a "
-        "final checkpoint, exit with COMMAND's status; 75 when COMMAND exited 0 "
-        "but the final checkpoint was incomplete (state since the last complete "
-        "checkpoint is not durable).",
+        description="Container entrypoint: take the durable root's lease (waiting for "
+        "another instance's), restore (COMMAND is not started if the restore is "
+        "incomplete), start COMMAND, checkpoint every interval (inotify hints when "
+        "available), forward SIGTERM/SIGINT/SIGHUP, take a final checkpoint, release "
+        "the lease, exit with COMMAND's status; 75 when COMMAND exited 0 but the final "
+        "checkpoint was incomplete (state since the last complete one is not durable); "
+        "76 when another instance took the lease over (COMMAND is stopped first); 77 "
+        "when another instance's lease did not come free within lease_wait.",
     )
     u.add_argument(
         "--interval",
@@ -388,4 +392,5 @@ def _explain_and_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action="store_true",
         help="walk the trees every pass instead of using inotify hints",
     )
+    u.add_argument("--takeover", action="store_true", help=clilease.TAKEOVER)
     u.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")

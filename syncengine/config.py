@@ -60,6 +60,9 @@ TOP_KEYS = frozenset(
         "live",
         "durable",
         "plain_after",
+        "lease_seconds",
+        "lease_wait",
+        "lease_lost",
     }
 )
 GC_KEYS = frozenset({"absent_passes", "grace_seconds", "min_present_ratio", "staging_seconds"})
@@ -69,6 +72,8 @@ DEFAULT_SQLITE_BUSY_TIMEOUT = 2.0
 DEFAULT_RESCAN_INTERVAL = 600.0
 DEFAULT_CONFIRM_TIMEOUT = 60.0  # seconds a pass waits for a write-back mount's uploads
 DEFAULT_PLAIN_AFTER = 180.0  # a transcript quiet this long is published whole at its path
+DEFAULT_LEASE_SECONDS = 60.0  # a holder that stops renewing loses the durable root after this
+DEFAULT_LEASE_WAIT = 90.0  # a new instance waits this long for another holder's lease
 
 
 @attrs.frozen
@@ -103,6 +108,9 @@ class Config:
     home: Path | None = None  # $HOME: the old layout's home directories (migrate)
     plain_after: float = DEFAULT_PLAIN_AFTER  # seconds without an append (segments.py)
     s3: S3Location | None = None  # durable_root = "s3://...": the bucket (durable/s3/)
+    lease_seconds: float = DEFAULT_LEASE_SECONDS  # the durable root's lease (leaseholder.py)
+    lease_wait: float = DEFAULT_LEASE_WAIT
+    lease_lost: str = "stop"  # run, once fenced: "stop" COMMAND and exit 76, or "keep" it
 
     def adapter(self, name: str) -> AdapterSpec:
         for spec in self.adapters:
@@ -240,6 +248,7 @@ def config_from_dict(
         home=home,
         plain_after=float(plain_after),
         s3=s3,
+        **_lease(layers),
     )
 
 
@@ -259,6 +268,21 @@ def _require_mount(layers: Layers) -> bool:
             f"false, not {require_mount!r}"
         )
     return require_mount
+
+
+def _lease(layers: Layers) -> dict[str, Any]:
+    """The durable root's lease: `lease_seconds`, `lease_wait`, `lease_lost`
+    (syncengine.rootlease, daemon.supervisor)."""
+    lost = layers.get("lease_lost", None, "stop")
+    if lost not in ("stop", "keep"):
+        raise ConfigError(
+            f'{layers.sources["lease_lost"]}: lease_lost must be "stop" or "keep", not {lost!r}'
+        )
+    return {
+        "lease_seconds": float(layers.number("lease_seconds", default=DEFAULT_LEASE_SECONDS)),
+        "lease_wait": float(layers.number("lease_wait", default=DEFAULT_LEASE_WAIT)),
+        "lease_lost": lost,
+    }
 
 
 def _durable_root(layers: Layers, env: Mapping[str, str]) -> tuple[Path, S3Location | None]:

@@ -25,6 +25,8 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "min_present_ratio": (0.0, 1.0, False),
     "staging_seconds": (0.0, math.inf, False),
     "confirm_timeout": (0.0, 3600.0, False),
+    "lease_seconds": (1.0, 86400.0, False),
+    "lease_wait": (0.0, 86400.0, False),
 }
 
 

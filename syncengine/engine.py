@@ -32,17 +32,19 @@ from syncengine.durableroot import DurableRoot
 from syncengine.errors import (
     ConfigError,
     DurableError,
+    LeaseHeld,
     LockBusy,
     SyncEngineError,
     local_error,
     side_error,
 )
-from syncengine.local import status
+from syncengine.local import leaseprocess, status
 from syncengine.local.lock import StateLock
 from syncengine.notices import Notices
 from syncengine.patterns import Matcher, compile_patterns, database_patterns
 from syncengine.progress import Reporter
 from syncengine.report import AdapterReport, Report
+from syncengine.rootlease import RootLease
 
 if TYPE_CHECKING:  # imported where used (see the module docstring)
     from syncengine.model import AdapterState
@@ -104,6 +106,7 @@ class Engine:
         self._passes: Passes | None = None
         self.durable = DurableRoot(config, stores)  # its health, probe, stores, copy jobs
         self.notices = Notices()  # a path's repeated warning is said once per engine
+        self.lease = RootLease(self)  # one writer per durable root (rootlease.py)
 
     @classmethod
     def from_file(
@@ -118,6 +121,20 @@ class Engine:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> Engine:
         return cls(config_from_dict(raw, env=env if env is not None else {}))
+
+    def close(self) -> None:
+        """Release the durable root's lease if this engine took it (the next instance
+        may take over at once).  Also done by ``with Engine(...) as engine:`` and, for
+        an engine still holding one, when the interpreter exits; a killed process's
+        lease expires after `lease_seconds`.  A release that fails (the durable side
+        unreachable) is logged, not raised: that lease expires instead."""
+        leaseprocess.release_quietly(self.lease)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     @property
     def passes(self) -> Passes:
@@ -190,9 +207,13 @@ class Engine:
             )
             return Report("checkpoint", started, 0.0, (), skipped_busy=True)
         try:
+            if not dry_run:  # DATA_DIR changed: this state dir's indexes are another root's
+                self.lease.before_pass()
             reports = self.passes.checkpoint(specs, started, dry_run, final, hints or {})
             if final:  # every log's bytes are durable: now each one whole at its path
                 reports = [self.passes.plain_phase(rep, started, dry_run) for rep in reports]
+            if not dry_run:
+                self.lease.after_pass()
         except OSError as exc:  # not translated where it happened: still one clear line
             raise self.os_error("checkpoint", exc) from exc
         finally:
@@ -202,6 +223,7 @@ class Engine:
         )
         if not dry_run:
             self._write_status(report)
+        self.lease.raise_if_stopped()
         return report
 
     def check_durable(self, adapters: Sequence[str] | None = None) -> None:
@@ -220,14 +242,26 @@ class Engine:
                 extra={"event": "durable.check-failed"},
             )
 
-    def restore(self, adapters: Sequence[str] | None = None, *, dry_run: bool = False) -> Report:
-        """Fill each adapter's live tree from its durable checkpoint (never older over newer)."""
+    def restore(
+        self,
+        adapters: Sequence[str] | None = None,
+        *,
+        dry_run: bool = False,
+        takeover: bool = False,
+    ) -> Report:
+        """Fill each adapter's live tree from its durable checkpoint (never older over newer).
+        Waits for another instance's lease (`lease_wait`), or with `takeover` takes it."""
         started = self.clock()
         t0 = time.monotonic()
         specs = self.config.select(adapters)
         with StateLock(self.config.state_dir, wait=True):
             try:
                 self.durable.check()  # once: a missing root stops every adapter alike
+                if not dry_run:  # a new instance waits for the old one's lease
+                    self.lease.before_restore(takeover=takeover)
+                    self.lease.before_pass()
+            except LeaseHeld:  # the command exits 77, like `run`
+                raise
             except DurableError as exc:
                 reports = [AdapterReport(spec.name, fatal=str(exc)) for spec in specs]
             else:
@@ -235,9 +269,11 @@ class Engine:
                     reports = [self.passes.restore(spec, dry_run) for spec in specs]
                 except OSError as exc:
                     raise self.os_error("restore", exc) from exc
+
         report = Report("restore", started, time.monotonic() - t0, tuple(reports), dry_run=dry_run)
         if not dry_run:
             self._write_restore_status(report)
+            self.lease.after_restore([r.name for r in reports if not r.fatal])
         return report
 
     def check_local_root(self) -> None:
@@ -351,7 +387,9 @@ class Engine:
 
     def status(self) -> dict[str, Any]:
         """Effective configuration with sources, and per-adapter state (local files only)."""
-        return status.gather(self.config, self._matchers, self.clock())
+        out = status.gather(self.config, self._matchers, self.clock())
+        out["lease"] = self.lease.status()
+        return out
 
 
 __all__ = ["ConfigError", "Engine"]

@@ -83,6 +83,21 @@ class SharedRoot(DurableError):
     there: another process writes to the same durable root."""
 
 
+class LeaseLost(DurableError):
+    """Another instance took this durable root's lease over: this one publishes nothing
+    more (`syncengine.local.leaseholder`).  `syncengine run` exits `exit_code` after
+    stopping its child."""
+
+    exit_code = 76
+
+
+class LeaseHeld(DurableError):
+    """Another instance holds this durable root's lease and it did not expire or get
+    released within `lease_wait`: nothing was written."""
+
+    exit_code = 77
+
+
 class LocalError(SyncEngineError):
     """The local side failed (the state directory: index, status, lock; or the live root):
     the run stops.  What is durable stays valid; the next run recovers."""

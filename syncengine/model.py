@@ -19,6 +19,7 @@ from syncengine.patterns import Matcher
 
 if TYPE_CHECKING:  # a type only: the model does not depend on the checkpoint stage
     from syncengine.checkpoint.sqlite import Options
+    from syncengine.durable.manifest import Fence
 
 
 @attrs.define
@@ -35,3 +36,4 @@ class AdapterState:
     sqlite: Options | None = None
     sqlite_patterns: tuple[str, ...] = ()
     notices: Notices = attrs.field(factory=Notices)  # warnings said once per run
+    fence: Fence | None = None  # the durable root's lease (manifest objects check it)

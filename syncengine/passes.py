@@ -220,7 +220,7 @@ class Passes:
         may_write = any(isinstance(a, (*PUBLISHING, RecordLink, RecordDir)) for a in actions) or (
             final and bool(chainstate.unrecorded(state.index))
         )
-        prepare = functools.partial(self.engine.durable.prepare_store, state.store)
+        prepare = functools.partial(self.engine.lease.prepare_store, state.store)
         if may_write and state.name in self.adapters.unseeded:
             try:  # only now: an idle pass never reads the durable side
                 prepare()
@@ -265,7 +265,7 @@ class Passes:
         if dry_run or not actions:
             return _with(rep, plan=rep.plan + tuple(map(str, actions)))
         state.store.before_first_write(
-            functools.partial(self.engine.durable.prepare_store, state.store)
+            functools.partial(self.engine.lease.prepare_store, state.store)
         )
         more = checkpoint.run(
             state,

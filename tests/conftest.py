@@ -371,13 +371,19 @@ EngineFactory = Callable[..., Engine]
 
 
 @pytest.fixture
-def engine(tree: Tree) -> EngineFactory:
-    """Build an Engine for `tree` (all built-in adapters unless `adapters` is given)."""
+def engine(tree: Tree) -> Iterator[EngineFactory]:
+    """Build an Engine for `tree` (all built-in adapters unless `adapters` is given);
+    each is closed at the test's end (its lease released while the durable side is up)."""
+    made: list[Engine] = []
 
     def make(raw: Mapping[str, Any] | None = None, **env: str) -> Engine:
-        return Engine(config_from_dict(dict(raw or {}), env=tree.env(**env)), stores=tree.stores)
+        eng = Engine(config_from_dict(dict(raw or {}), env=tree.env(**env)), stores=tree.stores)
+        made.append(eng)
+        return eng
 
-    return make
+    yield make
+    for eng in made:
+        eng.close()
 
 
 @pytest.fixture(autouse=True)

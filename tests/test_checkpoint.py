@@ -69,7 +69,11 @@ def test_changed_file_is_published_and_manifest_grows_by_a_delta(
     cli("checkpoint", check=0)
     assert (tree.durable / DUR / "history.jsonl").read_bytes() == b"one\ntwo\n"
     names = sorted(p.name for p in (tree.durable / DUR / ".syncengine/manifest").iterdir())
-    assert names == ["000000000001.base.jsonl", "000000000002.delta.jsonl"]
+    # each one-shot checkpoint takes the lease anew: generations 1 and 2 (lease.py)
+    assert names == [
+        "000000000001.g000000000001.base.jsonl",
+        "000000000002.g000000000002.delta.jsonl",
+    ]
 
 
 @pytest.mark.rclone
@@ -100,7 +104,7 @@ def test_symlink_is_recorded_not_followed(tree: Tree, cli: CliRunner) -> None:
     cli("checkpoint", check=0)
     durable = tree.durable / DUR
     assert not (durable / "passwd").exists() and not (durable / "passwd").is_symlink()
-    manifest = (durable / ".syncengine/manifest/000000000001.base.jsonl").read_text()
+    manifest = (durable / ".syncengine/manifest/000000000001.g000000000001.base.jsonl").read_text()
     assert '"target":"/etc/passwd"' in manifest
     assert "root:" not in "".join(
         p.read_text(errors="replace") for p in durable.rglob("*") if p.is_file()

@@ -233,7 +233,8 @@ class Matrix:
         """A following checkpoint completes; a restore into an empty tree matches it."""
         local = live.root.parent
         eng = Engine(config_from_dict(self.raw(local, mount.mountpoint, state_dir), env={}))
-        report = eng.checkpoint()
+        with eng:  # closed like a command's end: the restore below need not wait
+            report = eng.checkpoint()
         if not report.ok:
             self.fail(
                 where,
@@ -244,7 +245,7 @@ class Matrix:
         expected = live.snapshot()
         target = self.base / f"restore-{n}"
         cfg = self.raw(target, mount.mountpoint, target / ".state")
-        rep = Engine(config_from_dict(cfg, env={})).restore()
+        rep = Engine(config_from_dict(cfg, env={})).restore()  # a new instance (takes nothing)
         if not rep.ok:
             self.fail(
                 where,

@@ -10,6 +10,7 @@ writer) is a checkpoint that never completed.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -29,8 +30,16 @@ MDIR = "state/codex/.syncengine/manifest"
 OLD = 1_700_000_000 * 10**9
 
 
+def _named(text: str, seq: int, kind: str) -> bool:
+    """Whether `text` names manifest object `seq` of `kind` (any lease generation)."""
+    return re.search(rf"{seq:012d}(\.g\d{{12}})?\.{kind}\.jsonl", text) is not None
+
+
 def _object(root: Path, seq: int, kind: str) -> Path:
-    return root / MDIR / f"{seq:012d}.{kind}.jsonl"
+    """The object `seq` (named with the lease generation that wrote it), or where a
+    generation-less one would be when there is none."""
+    found = sorted((root / MDIR).glob(f"{seq:012d}.*{kind}.jsonl"))
+    return found[-1] if found else root / MDIR / f"{seq:012d}.{kind}.jsonl"
 
 
 def _checkpoints(
@@ -63,7 +72,7 @@ def test_unreadable_base_makes_restore_incomplete_and_run_refuses(
     base.write_bytes(DAMAGE[damage](base.read_bytes()))
     shutil.rmtree(tree.local)
     out = cli("restore", "codex", check=1)
-    assert "000000000001.base.jsonl" in out.stderr and "unreadable base" in out.stderr
+    assert _named(out.stderr, 1, "base") and "unreadable base" in out.stderr
     assert "codex" in out.stderr
     started = tree.base / "started"
     run = cli(
@@ -76,7 +85,7 @@ def test_unreadable_base_makes_restore_incomplete_and_run_refuses(
         check=1,
     )
     assert not started.exists(), run.stderr
-    assert "000000000001.base.jsonl" in run.stderr
+    assert _named(run.stderr, 1, "base")
 
 
 def test_unreadable_delta_is_lost_until_a_newer_base_supersedes_it(
@@ -87,7 +96,7 @@ def test_unreadable_delta_is_lost_until_a_newer_base_supersedes_it(
     delta.write_bytes(delta.read_bytes()[:-12])  # cut, but not the newest: never a kill
     shutil.rmtree(tree.local / "codex-home")
     out = cli("restore", "codex", check=1)
-    assert "000000000002.delta.jsonl" in out.stderr and "unreadable delta" in out.stderr
+    assert _named(out.stderr, 2, "delta") and "unreadable delta" in out.stderr
     assert (tree.local / "codex-home/a.json").read_text() == "a v1"  # the rest goes on
     assert (tree.local / "codex-home/c.json").read_text() == "c v1"
     # the writer (its index knows b) writes a full base after a killed run: it supersedes
@@ -124,7 +133,7 @@ def test_cut_newest_delta_written_by_rename_is_incomplete(tree: Tree, cli: CliRu
     delta.write_bytes(delta.read_bytes().split(b"\n")[0] + b"\n")  # header only: a prefix
     shutil.rmtree(tree.local)
     out = cli("restore", "codex", check=1)
-    assert "000000000002.delta.jsonl" in out.stderr and "written by rename" in out.stderr
+    assert _named(out.stderr, 2, "delta") and "written by rename" in out.stderr
 
 
 @pytest.mark.dir_only("mounts its own emulator without rename")
@@ -146,7 +155,7 @@ def test_torn_newest_object_without_rename_is_a_checkpoint_that_never_completed(
     delta.write_bytes(data.split(b"\n")[0] + b"\n" if cut == "after the header" else b"")
     shutil.rmtree(tree.local)
     out = cli("restore", "codex", env=env, check=0)
-    assert "000000000002.delta.jsonl" in out.stderr and "never completed" in out.stderr
+    assert _named(out.stderr, 2, "delta") and "never completed" in out.stderr
     assert (tree.local / "codex-home/a.json").read_text() == "a v1"  # as of the base
     assert not (tree.local / "codex-home/b.json").exists()
     tree.write("codex-home/c.json", "c")
@@ -159,4 +168,4 @@ def test_torn_newest_object_without_rename_is_a_checkpoint_that_never_completed(
     tree.write("codex-home/d.json", "d")
     cli("checkpoint", "codex", env=env, check=0)  # delta 4 (this index wrote base 3)
     later = manifest.load(Store(mount.mountpoint / "state/codex"))
-    assert any("000000000002.delta.jsonl" in p for p in later.problems), later
+    assert any(_named(p, 2, "delta") for p in later.problems), later

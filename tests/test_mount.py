@@ -64,7 +64,7 @@ def test_no_rename_mount_publishes_new_objects_and_switches_the_manifest(
     assert "rename: no (ENOSYS)" in status and "appends refused" in status
     store = mount.backing / DUR
     assert files(store) == {}  # nothing at the plain paths: every version is a unique object
-    base = (store / ".syncengine/manifest/000000000001.base.jsonl").read_text()
+    base = (store / ".syncengine/manifest/000000000001.g000000000001.base.jsonl").read_text()
     entries = {e.path: e for e in manifest.decode(base.encode())[1]}
     first = entries["history.jsonl"].object
     assert first and first.startswith(".syncengine/objects/history.jsonl/")
@@ -72,7 +72,7 @@ def test_no_rename_mount_publishes_new_objects_and_switches_the_manifest(
     assert not (store / ".syncengine/staging").exists()
     tree.write("codex-home/history.jsonl", "one\ntwo\n")
     cli("checkpoint", env=env, check=0)
-    delta = (store / ".syncengine/manifest/000000000002.delta.jsonl").read_text()
+    delta = (store / ".syncengine/manifest/000000000002.g000000000002.delta.jsonl").read_text()
     second = manifest.decode(delta.encode())[1][0].object
     assert second and second != first and (store / second).read_bytes() == b"one\ntwo\n"
     assert (store / first).read_bytes() == b"one\n"  # the old version is left for gc

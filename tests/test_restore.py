@@ -311,7 +311,8 @@ def test_gap_in_manifest_sequence_makes_restore_incomplete(tree: Tree, cli: CliR
     for name in "abc":
         tree.write(f"codex-home/{name}.json", name)
         cli("checkpoint", check=0)
-    (tree.raw / "state/codex/.syncengine/manifest/000000000002.delta.jsonl").unlink()
+    mdir = tree.raw / "state/codex/.syncengine/manifest"
+    (mdir / "000000000002.g000000000002.delta.jsonl").unlink()  # one-shot: generation 2
     shutil.rmtree(tree.local)
     out = cli("restore", check=1)
     assert "000000000002 to 000000000002 are missing" in out.stderr

@@ -222,7 +222,8 @@ def test_newer_complete_version_of_an_interrupted_checkpoint_is_restored(
     assert live.read_text() == "version 2" and live.stat().st_mtime_ns == OLD + 10**9
     tree.write("codex-home/other.json", "x")
     cli("checkpoint", "codex", check=0)
-    assert (tree.raw / DUR / ".syncengine/manifest/000000000002.base.jsonl").exists()
+    # a full base (each one-shot command takes the next lease generation: .gNNN.)
+    assert list((tree.raw / DUR / ".syncengine/manifest").glob("000000000002.g*.base.jsonl"))
     shutil.rmtree(tree.local)
     cli("restore", "codex", check=0)  # recorded now: nothing left to judge
     assert (tree.local / "codex-home/a.json").read_text() == "version 2"

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 
 from syncengine import Engine, config_from_dict
+from syncengine.durable import leasing
+from syncengine.errors import LeaseLost
 from tests.conftest import REPO
 from tests.helpers import files
 from tests.s3server import CREDENTIALS, Flaky, S3Server
@@ -192,6 +194,44 @@ def test_an_idle_pass_makes_no_request_and_an_append_one_put(dep: Deployment) ->
     assert log.read_bytes() == expected
 
 
+def test_a_pass_after_the_fresh_window_checks_the_lease_and_a_fenced_one_stops(
+    dep: Deployment,
+) -> None:
+    """The append's single PUT holds only while the lease is fresh (a quarter of
+    `lease_seconds`, `leasing.fresh`): once that has passed, the pass's first write is
+    preceded by one HEAD of the lease object, and after another instance took the lease
+    over that HEAD fences this one before it writes anything."""
+    window = 2.0 * leasing.FRESH  # lease_seconds = 2
+    log = dep.local / "x/logs/s.jsonl"
+    log.parent.mkdir()
+    log.write_text('{"n": 1}\n')
+    eng = Engine(config_from_dict({**RAW, "lease_seconds": 2.0}, env=dep.env()))
+    assert eng.checkpoint().ok
+    time.sleep(window)  # the window passing is what is tested (no event to wait for)
+    with log.open("a") as f:
+        f.write('{"n": 2}\n')
+    count = len(dep.server.requests(dep.bucket))
+    assert eng.checkpoint().ok
+    made = dep.server.requests(dep.bucket)[count:]
+    assert [m for m, _, _ in made[:2]] == ["HEAD", "PUT"], made
+    assert "/.syncengine/lease/" in made[0][1] and "/segments/" in made[1][1], made
+    assert all("/.syncengine/lease/" in p for _, p, _ in made[2:]), made  # a renewal
+    other = dep.base / "other"
+    other.mkdir()
+    took = dep.run("restore", "--takeover", env=dep.env(AM_LOCAL=str(other)))
+    assert took.returncode == 0, took.stderr
+    time.sleep(window)
+    with log.open("a") as f:
+        f.write('{"n": 3}\n')
+    count = len(dep.server.requests(dep.bucket))
+    with pytest.raises(LeaseLost):
+        eng.checkpoint()
+    made = dep.server.requests(dep.bucket)[count:]
+    assert made and made[0][0] == "HEAD", made
+    assert [p for m, p, _ in made if m == "PUT"] == [], made  # not even the log piece
+    assert files(other / "x") == {"logs/s.jsonl": b'{"n": 1}\n{"n": 2}\n'}
+
+
 def test_a_multipart_upload_killed_midway_leaves_no_open_upload(dep: Deployment) -> None:
     big = dep.local / "x/big.bin"
     with big.open("wb") as f:
@@ -287,7 +327,8 @@ def _restored(dep: Deployment, name: str) -> dict[str, bytes]:
     """Restore the bucket into a fresh local root (a state directory of its own)."""
     root = dep.base / name
     root.mkdir()
-    proc = dep.run("restore", env=dep.env(AM_LOCAL=str(root)))
+    # the killed checkpoint never released the lease: this verifier takes it over
+    proc = dep.run("restore", "--takeover", env=dep.env(AM_LOCAL=str(root)))
     assert proc.returncode == 0, proc.stderr
     return files(root)
 

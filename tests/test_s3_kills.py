@@ -7,8 +7,9 @@ number of further requests, so the kill lands between the first part and the
 completion.  Small uploads keep it fast: the child runs with the S3 minimum part
 size (5 MiB) and a single-PUT limit of 8 MiB, set on the modules' own constants
 before the command starts, so a 11 MiB file is three parts.  After every kill a
-restore (in process, into a fresh root) gives each file one whole version it had
-and a log that is a prefix of the live one; every fifth trial a complete
+restore (in process, into a fresh root, taking the killed holder's lease over)
+gives each file one whole version it had and a log that is a prefix of the live
+one; every fifth trial a complete
 checkpoint follows, which must leave no upload open and restore the live tree
 exactly.
 """
@@ -93,7 +94,12 @@ def _kill_mid_upload(dep: Deployment, rng: random.Random) -> None:
 
 def _restore(dep: Deployment, root: Path) -> dict[str, bytes]:
     root.mkdir()
-    report = Engine(config_from_dict(RAW, env=dep.env(AM_LOCAL=str(root)))).restore()
+    eng = Engine(config_from_dict(RAW, env=dep.env(AM_LOCAL=str(root))))
+    # a new instance (its own state dir): the killed checkpoint never released the lease,
+    # and this verifier knows it is dead, so it takes it over (no wait for the expiry)
+    # and releases it, so the next checkpoint need not wait for it either
+    report = eng.restore(takeover=True)
+    eng.lease.release()
     assert report.ok, report.errors
     return files(root)
 

@@ -1,12 +1,13 @@
 """Two writers on one durable root never replace each other's manifest objects silently.
 
-Single-writer fencing is a later step; until then, two processes that
-checkpoint different trees into one durable root (each with its own state
-dir) race for the same manifest name.  Each trial starts both at once (they
-import first and wait on stdin); whatever the interleaving, a writer that
-exits 0 has every one of its files in the manifest, and one that loses the
-race says that two writers share the root (exit 1).  Before the fix, 2 to 9
-trials in 30 ended with both at exit 0 and one writer's files gone.
+Two processes that checkpoint different trees into one durable root (each with
+its own state dir) take turns through the root's lease (issue 16): the second
+waits until the first released it, then starts from the durable manifest.
+Each trial starts both at once (they import first and wait on stdin); whatever
+the interleaving, both exit 0 and the manifest lists every file of both.
+Before the lease, 2 to 9 trials in 30 ended with both at exit 0 and one
+writer's files gone; with exclusive manifest names alone, one of the two
+failed (exit 1, "two writers share the durable root").
 """
 
 from __future__ import annotations
@@ -94,12 +95,8 @@ def test_two_writers_racing_for_a_manifest_name(tree: Tree) -> None:
         for who, proc in procs.items():
             _, err = done[who]
             mine = {f"{who}-{n}.txt" for n in range(FILES)}
-            if proc.returncode == 0:  # success means: all of it is in the manifest
-                assert mine <= listed, (i, who, sorted(listed), err)
-            else:
-                assert proc.returncode == 1, (i, who, err)
-                assert "two writers share the durable root" in err, (i, who, err)
-                assert str(tree.data / f"t{i}") in err
+            assert proc.returncode == 0, (i, who, err)  # the lease: one after the other
+            assert mine <= listed, (i, who, sorted(listed), err)
             key = f"{who}:{proc.returncode}"
             outcomes[key] = outcomes.get(key, 0) + 1
     print(f"outcomes over {TRIALS} trials: {outcomes}")

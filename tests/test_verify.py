@@ -18,7 +18,7 @@ import pytest
 
 from syncengine import Engine, config_from_dict
 from syncengine.checkpoint.execute import staging_marker
-from syncengine.durable import manifest
+from syncengine.durable import lease, manifest
 from syncengine.durable.manifest import Entry
 from syncengine.durable.posix.store import Store
 from syncengine.ops.verify import sampled
@@ -47,9 +47,22 @@ def _setup(tree: Tree, cli: CliRunner) -> Path:
     return conf
 
 
-def _add_sqlite_entry(store: Store, name: str, data: bytes) -> None:
+class _Generation:
+    """The lease generation the last checkpoint wrote under, as a manifest `Fence`: a
+    hand-written delta continues that writer's chain (a generation-0 name after it
+    would be fenced, `manifest.listing`)."""
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+
+    def check(self) -> None:
+        pass
+
+
+def _add_sqlite_entry(tree: Tree, store: Store, name: str, data: bytes) -> None:
     """A manifest delta with a hand-written entry of kind "sqlite" (issue 3's format)."""
     store.put_bytes(f"checkpoints/{name}", data, if_absent=True)
+    fence = _Generation(lease.read(tree.store("")).generation)
     last = manifest.load(store).last_seq
     manifest.write(
         store,
@@ -58,6 +71,7 @@ def _add_sqlite_entry(store: Store, name: str, data: bytes) -> None:
         "delta",
         [Entry(name, "sqlite", len(data), OLD, 0o600, object=f"checkpoints/{name}")],
         created_ns=OLD,
+        fence=fence,
     )
 
 
@@ -79,7 +93,7 @@ def _good_db(path: Path) -> bytes:
 def test_a_sound_store_verifies(tree: Tree, cli: CliRunner) -> None:
     conf = _setup(tree, cli)
     store = tree.store("state/x")
-    _add_sqlite_entry(store, "good.db", _good_db(tree.base / "good.db"))
+    _add_sqlite_entry(tree, store, "good.db", _good_db(tree.base / "good.db"))
     out = cli("--config", str(conf), "verify", "--sample", "100", check=0)
     assert "verify: OK" in out.stdout
     assert "9 entries, 9 checked, 8 read back" in out.stdout  # logs/ is recorded, not read
@@ -95,7 +109,7 @@ def test_each_problem_is_named(tree: Tree, cli: CliRunner) -> None:
     (durable / "stray.txt").write_text("no entry\n")  # unlisted
     good = bytearray(_good_db(tree.base / "good.db"))
     good[4096 + 200 : 4096 + 400] = b"\xff" * 200  # damage a table page
-    _add_sqlite_entry(store, "bad.db", bytes(good))
+    _add_sqlite_entry(tree, store, "bad.db", bytes(good))
     seg = next((durable / ".syncengine/segments/logs/a.jsonl.d").rglob("*.seg"))
     seg.write_bytes(seg.read_bytes()[:-3])
     out = cli("--config", str(conf), "verify", "--sample", "100", check=1)
@@ -170,18 +184,19 @@ def test_unreadable_manifest_object_and_invalid_entry_fail_verify(
 ) -> None:
     """verify fails wherever restore would be incomplete (before: skipped with a note)."""
     conf = _setup(tree, cli)
-    mdir = tree.raw / "state/x/.syncengine/manifest"
+    raw = tree.raw / "state/x"
+    gen = lease.read(tree.store("")).generation  # the checkpoint's: not fenced
     bad = {"path": "f0.txt", "kind": "file", "size": -5, "mtime_ns": OLD, "mode": 0o644}
-    (mdir / "000000000002.delta.jsonl").write_text(
+    (raw / manifest.object_name(2, "delta", gen)).write_text(
         '{"syncengine_manifest": 1, "seq": 2, "type": "delta"}\n'
         + json.dumps(bad)
         + '\n{"end": 1}\n'
     )
-    (mdir / "000000000003.delta.jsonl").write_bytes(b"\x00garbage")
+    (raw / manifest.object_name(3, "delta", gen)).write_bytes(b"\x00garbage")
     out = cli("--config", str(conf), "verify", "--sample", "100", check=1)
     assert "PROBLEM x: f0.txt: malformed manifest entry (size -5 is out of range)" in out.stdout
     assert "PROBLEM x: .syncengine/manifest:" in out.stdout
-    assert "000000000003.delta.jsonl: unreadable delta" in out.stdout
+    assert f"000000000003.g{gen:012d}.delta.jsonl: unreadable delta" in out.stdout
 
 
 KILL_CONFIG = """adapters = []
@@ -248,7 +263,10 @@ def test_verify_strict_after_killed_checkpoints_reports_only_real_corruption(
         "adapters": [],
         "adapter": [{"name": "k", "live": "k", "durable": "state/k"}],
     }
-    assert Engine(config_from_dict(raw, env=env)).restore().ok
+    # a new container after a killed holder: without --takeover it would wait for the
+    # dead holder's lease to expire; the engine's close releases the generation it took
+    with Engine(config_from_dict(raw, env=env)) as new_container:
+        assert new_container.restore(takeover=True).ok
     cli("--config", str(conf), "checkpoint", check=0)  # records everything: all copies match
     _damage(tree.raw / "state/k/f5.bin", lambda d: d[:100] + bytes([d[100] ^ 1]) + d[101:])
     report = eng.verify(sample=100, strict=True, restart=True)

@@ -48,6 +48,7 @@ class Deployment:
         }
         self.mount = BucketMount(self.backing, self.mnt, **self.options).mount()
         self.restores = 0
+        self.made: list[Engine] = []
 
     def config(self, local: Path | None = None, state: Path | None = None, **extra: Any) -> Config:
         raw = {
@@ -65,7 +66,8 @@ class Deployment:
 
     def engine(self, **extra: Any) -> Engine:
         """A new engine, as a new process (a one-shot ``syncengine checkpoint``) makes one."""
-        return Engine(self.config(**extra))
+        self.made.append(Engine(self.config(**extra)))
+        return self.made[-1]
 
     def kill_and_remount(self) -> None:
         """The mount dies with its pending uploads, and is mounted again."""
@@ -82,6 +84,9 @@ class Deployment:
         """What a restore into an empty tree (a new container) brings back."""
         self.restores += 1
         where = self.base / f"restore-{self.restores}"
+        for engine in self.made:  # those one-shot processes have ended: their lease too
+            engine.close()
+        self.made.clear()
         report = Engine(self.config(where / "local", where / "state")).restore()
         assert report.ok, [str(e) for e in report.errors] + [
             str(a.fatal) for a in report.adapters if a.fatal
@@ -103,6 +108,8 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
     try:
         yield d
     finally:
+        for engine in d.made:
+            engine.close()
         d.mount.unmount()
 
 
@@ -239,3 +246,23 @@ def test_verify_reports_a_durable_side_behind_and_the_runner_checks_at_start(
     d.land_and_remount()
     assert d.engine().verify(sample=100).ok
     assert d.restored() == files(d.live)
+
+
+def test_an_engine_keeps_writing_and_releases_after_the_mount_restarted(
+    deployment: Deployment,
+) -> None:
+    """The daemon's engine outlives a mount restart that lost what had not landed (its
+    staging directory too): its next pass publishes, and its release lets the next
+    instance's restore start at once instead of waiting for the lease to expire."""
+    d = deployment
+    engine = d.engine()
+    d.write("a.md", b"a\n")
+    assert engine.checkpoint().ok
+    d.kill_and_remount()
+    d.write("b.md", b"b\n")
+    report = engine.checkpoint()
+    assert report.ok and report.files >= 1, [a.fatal for a in report.adapters]
+    d.land_and_remount()
+    t0 = time.monotonic()
+    assert d.restored() == files(d.live)  # closes `engine` first: its release lands
+    assert time.monotonic() - t0 < 30, "the restore waited for the lease to expire"

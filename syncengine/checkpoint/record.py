@@ -184,7 +184,9 @@ def write_base(state: AdapterState, entries: Iterable[Entry], now_ns: int) -> st
     """
     meta = state.index.meta
     seq = int(meta.get("manifest_seq", 0)) + 1
-    name = manifest.write(state.store, state.name, seq, "base", entries, created_ns=now_ns)
+    name = manifest.write(
+        state.store, state.name, seq, "base", entries, created_ns=now_ns, fence=state.fence
+    )
     meta.update(manifest_seq=seq, base_seq=seq, deltas=0, written_seq=seq)
     state.index.changed = True
     return name
@@ -204,7 +206,9 @@ def write_manifest(
         entries = list(merged.values())
         name = write_base(state, entries, now_ns)
     else:
-        name = manifest.write(state.store, state.name, seq, "delta", entries, created_ns=now_ns)
+        name = manifest.write(
+            state.store, state.name, seq, "delta", entries, created_ns=now_ns, fence=state.fence
+        )
         meta.update(manifest_seq=seq, deltas=int(meta.get("deltas", 0)) + 1, written_seq=seq)
     state.index.changed = True
     log.info(

@@ -28,12 +28,13 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from syncengine.config import Config
 from syncengine.daemon.watch import Watcher
 from syncengine.engine import Engine
-from syncengine.errors import Incomplete, LockBusy
+from syncengine.errors import Incomplete, LeaseLost, LockBusy
 from syncengine.fs import savefile
 from syncengine.report import Report
 
@@ -75,8 +76,13 @@ class Runner:
         interval: float | None = None,
         watch: bool = True,
         rescan_interval: float | None = None,
+        takeover: bool = False,
+        on_lease_lost: Callable[[], None] | None = None,
     ) -> None:
         self.engine = engine if isinstance(engine, Engine) else Engine(engine)
+        self.takeover = takeover  # take the durable root's lease without waiting
+        self.on_lease_lost = on_lease_lost  # `syncengine run`: stop the child, exit 76
+        self.lease_lost: str | None = None  # another instance took the lease: we stopped
         cfg = self.engine.config
         self.interval = float(interval if interval is not None else cfg.interval)
         self.watcher: Watcher | None = None
@@ -106,8 +112,11 @@ class Runner:
         """
         if self._running:
             raise RuntimeError("runner already started")
+        # one writer per durable root: wait for (or take over) another instance's lease
+        self.engine.lease.acquire(takeover=self.takeover)
         report = self.engine.restore()
         if not report.ok:
+            self.engine.lease.release()
             exc = Incomplete("restore incomplete, not starting:\n" + describe_failure(report))
             exc.report = report  # type: ignore[attr-defined]
             raise exc
@@ -140,7 +149,11 @@ class Runner:
             if self._thread is not None:
                 self._thread.join()
                 self._thread = None
-            return self._pass("final", wait=True, full=True)
+            if self.lease_lost is not None:  # fenced: nothing more is published
+                return None
+            report = self._pass("final", wait=True, full=True)
+            self.engine.lease.release()  # the next instance may take over at once
+            return report
         finally:
             if self.watcher is not None:
                 self.watcher.stop()
@@ -175,9 +188,18 @@ class Runner:
         return report
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        renew_every = self.engine.config.lease_seconds / 3
+        due = time.monotonic() + self.interval
+        while not self._stop.wait(max(0.0, min(due - time.monotonic(), renew_every))):
             try:
+                if time.monotonic() < due:  # between passes: the lease only, when due
+                    self.engine.lease.renew()
+                    continue
+                due = time.monotonic() + self.interval
                 self._pass("timer", wait=False)
+            except LeaseLost as exc:  # another instance took over: stop checkpointing
+                self._fenced(str(exc))
+                return
             except Exception as exc:  # never let the loop die; retried next interval
                 log.error(
                     "runner.pass-failed kind=timer error=%s",
@@ -207,6 +229,8 @@ class Runner:
                     wait=wait, hints=hints, lock_timeout=lock_timeout, final=kind == "final"
                 )
             except Exception as exc:
+                if isinstance(exc, LeaseLost):  # also in a final pass: `run` exits 76
+                    self.lease_lost = str(exc)
                 self._failed(kind, taken, str(exc))
                 if kind == "final" or not self._running:
                     self.final_ok = False
@@ -257,6 +281,12 @@ class Runner:
             extra={"event": "runner.pass-incomplete"},
         )
 
+    def _fenced(self, error: str) -> None:
+        self.lease_lost = error
+        self._write_status()
+        if self.on_lease_lost is not None:
+            self.on_lease_lost()
+
     # -- observability -------------------------------------------------------
     @property
     def mode(self) -> str:
@@ -278,6 +308,8 @@ class Runner:
             "watch_error": self.watcher.last_error if self.watcher is not None else None,
             "overflows": self.watcher.overflows if self.watcher is not None else 0,
             "pending": pending,
+            "lease": self.engine.lease.holder.describe(),
+            "lease_lost": self.lease_lost,
             "updated_ns": time.time_ns(),
         }
 

@@ -35,12 +35,13 @@ from collections.abc import Sequence
 from types import FrameType
 
 from syncengine.daemon.runner import Runner
-from syncengine.errors import Incomplete
+from syncengine.errors import Incomplete, LeaseHeld, LeaseLost
 
 log = logging.getLogger("syncengine")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 FINAL_INCOMPLETE = 75  # COMMAND exited 0, the final checkpoint did not complete
+LEASE_LOST = LeaseLost.exit_code  # 76: another instance took the durable root over
 
 
 class Supervisor:
@@ -66,6 +67,15 @@ class Supervisor:
         self.final_ok: bool | None = None  # the last checkpoint after COMMAND stopped
         self._reported = 0
         self._wake_r = self._wake_w = -1
+        runner.on_lease_lost = self._lease_lost
+
+    def _lease_lost(self) -> None:
+        """From the runner's thread: stop as on SIGTERM (forwarded to the child), then
+        exit `LEASE_LOST`; the final checkpoint publishes nothing (fenced).  With
+        ``lease_lost = "keep"`` COMMAND runs on, checkpointed no more, and `run` exits
+        `LEASE_LOST` when it ends."""
+        if self.runner.engine.config.lease_lost == "stop":
+            os.kill(os.getpid(), signal.SIGTERM)
 
     # -- signal handling (handlers only record and forward) ------------------
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -164,6 +174,12 @@ class Supervisor:
     def _run(self) -> int:
         try:
             self.runner.start()
+        except LeaseHeld as exc:
+            print(
+                f"syncengine run: {exc}\nsyncengine run: not starting {self.command[0]}",
+                file=sys.stderr,
+            )
+            return LeaseHeld.exit_code
         except Incomplete as exc:
             print(
                 f"syncengine run: {exc}\nsyncengine run: not starting {self.command[0]}",
@@ -193,6 +209,14 @@ class Supervisor:
         else:
             self._final()
         assert self.status is not None
+        if self.runner.lease_lost is not None:
+            log.error(
+                "run.exit status=%d: the lease was lost (%s); the child was stopped",
+                LEASE_LOST,
+                self.runner.lease_lost,
+                extra={"event": "run.exit"},
+            )
+            return LEASE_LOST
         code = 128 - self.status if self.status < 0 else self.status
         if code == 0 and self.final_ok is False:
             log.error(

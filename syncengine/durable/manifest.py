@@ -7,7 +7,10 @@ entries replaces the chain for readers.  Objects are named
 ``.syncengine/manifest/<seq>.<base|delta>.jsonl`` with a zero-padded, strictly
 increasing sequence number, so a reader lists one directory, takes the newest
 readable base and applies the deltas after it in order.  Nothing is ever
-rewritten in place; superseded objects are left for ``gc``.
+rewritten in place; superseded objects are left for ``gc``.  Written under
+the durable root's lease, a name also carries the writer's generation
+(``<seq>.g<generation>.<kind>.jsonl``): objects of a writer that had lost the
+lease are *fenced* by their names alone (`listing`) and never read.
 
 Each object opens with a header line and ends with an ``{"end": N}`` trailer.
 Entry kinds other than ``file``, ``symlink`` and ``dir`` (SQLite snapshots,
@@ -50,7 +53,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -60,7 +63,7 @@ from syncengine.errors import SyncEngineError
 
 FORMAT = 1
 COMPACT_AFTER = 64
-_NAME = re.compile(r"^(\d{12})\.(base|delta)\.jsonl$")
+_NAME = re.compile(r"^(\d{12})(?:\.g(\d{12}))?\.(base|delta)\.jsonl$")
 _HEADER_START = b'{"syncengine_manifest": '
 
 
@@ -76,6 +79,12 @@ class ManifestState:
     warnings: tuple[str, ...] = ()  # a torn newest object, ignored
     invalid: Mapping[str, Entry] = attrs.field(factory=dict)  # INVALID placeholders by path
     readable: bool = False  # at least one object was read
+    fenced: tuple[str, ...] = ()  # objects of a writer that had lost the lease: not read
+
+    @property
+    def fenced_warnings(self) -> tuple[str, ...]:
+        why = "written by an instance that had lost the lease: not restored (gc deletes it)"
+        return tuple(f"{MANIFEST_DIR}/{name}: {why}" for name in self.fenced)
 
     @property
     def complete(self) -> bool:
@@ -83,18 +92,54 @@ class ManifestState:
         return not self.problems and not self.invalid
 
 
-def object_name(seq: int, kind: str) -> str:
-    return f"{MANIFEST_DIR}/{seq:012d}.{kind}.jsonl"
+class Fence(Protocol):
+    """A writer's lease (`syncengine.rootlease.AdapterFence`): its generation goes into
+    each object's name; `check` raises `LeaseLost` once a newer generation took over."""
+
+    @property
+    def generation(self) -> int: ...
+
+    def check(self) -> None: ...
 
 
-def list_objects(store: Store) -> list[tuple[int, str, str]]:
-    """(seq, kind, name) of every manifest object, oldest first."""
-    out = []
+def object_name(seq: int, kind: str, generation: int = 0) -> str:
+    """``<seq>.<kind>.jsonl``; written under a lease, ``<seq>.g<generation>.<kind>.jsonl``."""
+    gen = f".g{generation:012d}" if generation else ""
+    return f"{MANIFEST_DIR}/{seq:012d}{gen}.{kind}.jsonl"
+
+
+@attrs.frozen
+class Listing:
+    """The manifest directory: the objects of the current chain, and the fenced ones."""
+
+    objects: list[tuple[int, str, str]]  # (seq, kind, name), oldest first
+    fenced: list[tuple[int, str, str]]
+
+
+def listing(store: Store) -> Listing:
+    """One listing, split by lease generation.  In (seq, newest generation first) order,
+    an object of an older generation than one already seen was written by a writer that
+    had lost the lease: *fenced*, never read; gc deletes it.  Objects without one in
+    their names (written before leases) are generation 0."""
+    parsed = []
     for name in store.names(MANIFEST_DIR):
         m = _NAME.match(name)
         if m:
-            out.append((int(m.group(1)), m.group(2), name))
-    return sorted(out)
+            parsed.append((int(m.group(1)), -int(m.group(2) or 0), m.group(3), name))
+    parsed.sort()
+    objects, fenced, newest = [], [], 0
+    for seq, neg_gen, kind, name in parsed:
+        if -neg_gen < newest:
+            fenced.append((seq, kind, name))
+            continue
+        newest = -neg_gen
+        objects.append((seq, kind, name))
+    return Listing(objects, fenced)
+
+
+def list_objects(store: Store) -> list[tuple[int, str, str]]:
+    """(seq, kind, name) of the current chain's objects (not fenced), oldest first."""
+    return listing(store).objects
 
 
 def encode(
@@ -105,6 +150,7 @@ def encode(
     *,
     created_ns: int,
     in_place: bool = False,
+    generation: int = 0,
 ) -> bytes:
     """One object's bytes.  `in_place`: written under its final name (a mount without
     rename), so a killed writer may leave it cut short (see the module docstring)."""
@@ -117,6 +163,8 @@ def encode(
     }
     if in_place:
         header["in_place"] = True
+    if generation:
+        header["lease"] = generation
     lines = [json.dumps(header)]
     count = 0
     for entry in entries:
@@ -184,12 +232,30 @@ def is_torn(data: bytes) -> bool:
 
 
 def write(
-    store: Store, adapter: str, seq: int, kind: str, entries: Iterable[Entry], *, created_ns: int
+    store: Store,
+    adapter: str,
+    seq: int,
+    kind: str,
+    entries: Iterable[Entry],
+    *,
+    created_ns: int,
+    fence: Fence | None = None,
 ) -> str:
-    """Publish one manifest object; return its name."""
-    name = object_name(seq, kind)
+    """Publish one manifest object; return its name.  With a `fence`, its lease is
+    checked first (`LeaseLost`: nothing is written) and its generation named."""
+    generation = 0
+    if fence is not None:
+        fence.check()
+        generation = fence.generation
+    name = object_name(seq, kind, generation)
     data = encode(
-        adapter, seq, kind, entries, created_ns=created_ns, in_place=store.writes_in_place()
+        adapter,
+        seq,
+        kind,
+        entries,
+        created_ns=created_ns,
+        in_place=store.writes_in_place(),
+        generation=generation,
     )
     store.put_bytes(name, data, if_absent=True, mode=0o600)
     return name
@@ -202,10 +268,13 @@ def load(store: Store) -> ManifestState:
     (`problems`) and what is only a warning.
     """
     with store.batch():  # every object is in one directory: open it once
-        objects = list_objects(store)
-        if not objects:
-            return ManifestState(entries={}, last_seq=0, base_seq=0, deltas_since_base=0)
-        return _Loader(store, objects).run()
+        listed = listing(store)
+        fenced = tuple(name for _s, _k, name in listed.fenced)
+        if not listed.objects:
+            return ManifestState(
+                entries={}, last_seq=0, base_seq=0, deltas_since_base=0, fenced=fenced
+            )
+        return attrs.evolve(_Loader(store, listed.objects).run(), fenced=fenced)
 
 
 class _Loader:
@@ -314,12 +383,15 @@ __all__ = [
     "FORMAT",
     "INVALID",
     "Entry",
+    "Fence",
+    "Listing",
     "ManifestState",
     "decode",
     "encode",
     "format_hash",
     "is_torn",
     "list_objects",
+    "listing",
     "load",
     "object_name",
     "parse_hash",

@@ -49,7 +49,7 @@ from syncengine.fs.savefile import TEMP_SUFFIX
 from syncengine.local.index import ABSENT_SINCE
 from syncengine.local.lock import StateLock
 from syncengine.local.status import restore_refusal
-from syncengine.ops.gcplan import DeleteObjects, DeletePath, Facts, GcAction, plan, refusal
+from syncengine.ops.gcplan import FENCED, DeleteObjects, DeletePath, Facts, GcAction, plan, refusal
 
 if TYPE_CHECKING:
     from syncengine.model import AdapterState
@@ -155,6 +155,7 @@ def gather(state: AdapterState) -> Facts:
         tuple(staging),
         tuple(chain_objs),
         unusable,
+        tuple(f"{MANIFEST_DIR}/{name}" for name in mstate.fenced),
     )
 
 
@@ -200,7 +201,9 @@ def execute(
             names = [
                 n
                 for n in action.objects
-                if not n.startswith(MANIFEST_DIR + "/") or _seq(n) < manifest_limit
+                if not n.startswith(MANIFEST_DIR + "/")
+                or _seq(n) < manifest_limit
+                or action.what == FENCED
             ]
         else:
             continue

@@ -21,6 +21,9 @@ from syncengine.durable.manifest import Entry
 NS = 10**9
 
 
+FENCED = "fenced manifest objects"  # gc.apply deletes these whatever their seq
+
+
 @attrs.frozen
 class Facts:
     """What gc observed for one adapter; `plan` decides from this alone."""
@@ -36,6 +39,7 @@ class Facts:
     staging: tuple[tuple[str, int, int], ...]  # (object name, bytes, mtime_ns)
     chain_objects: tuple[tuple[str, str, str, int, int], ...]  # (path, chain, name, bytes, mtime)
     unusable: tuple[str, ...] = ()  # manifest problems and invalid entries (manifest.py)
+    fenced: tuple[str, ...] = ()  # manifest objects of a writer that had lost the lease
 
 
 @attrs.frozen
@@ -150,6 +154,8 @@ def plan(facts: Facts, cfg: GcConfig, now_ns: int) -> tuple[GcAction, ...]:
     # when tombstones make one).  Never the only readable base.
     keep_from = facts.last_seq + 1 if tombstones else facts.base_seq
     superseded = [(name, size) for seq, name, size in facts.manifest_objects if seq < keep_from]
+    if facts.fenced:  # never read by a restore (manifest.listing): nothing refers to them
+        actions.append(DeleteObjects(FENCED, facts.fenced, 0))
     if superseded:
         actions.append(
             DeleteObjects(

@@ -78,7 +78,7 @@ def durable_entries(store: Store, index: Index) -> tuple[list[Entry], list[str],
             manifest_seq=state.last_seq, base_seq=state.base_seq, deltas=state.deltas_since_base
         )
         index.changed = True
-    for warning in state.warnings:
+    for warning in state.warnings + state.fenced_warnings:
         log.warning("manifest.warning %s", warning, extra={"event": "manifest.warning"})
     if state.readable or state.problems:
         entries = openfiles.reconcile(store, state.entries.values())

@@ -149,7 +149,14 @@ class PosixStore(PosixReader):
             where = self.root / (relpath if unique else new_object_name(relpath))
             create = functools.partial(_create_object, where, replace=not exclusive)
         try:
-            tmp = create(source_mode=source_mode)
+            try:
+                tmp = create(source_mode=source_mode)
+            except FileNotFoundError:  # a new mount instance lost it (a write-back mount)
+                if where != self._staging:
+                    raise
+                self._staging_ready = False
+                self._ensure_staging()
+                tmp = create(source_mode=source_mode)
         except OSError as exc:
             if exclusive and isinstance(exc, FileExistsError):
                 raise  # the caller tells a taken name from a failure

@@ -1,0 +1,70 @@
+"""The command line's lease parts: ``syncengine lease release --force``, and the lease
+lines of ``syncengine status``.
+
+Owns how the durable root's lease (issue 16; `syncengine.local.leaseholder`) is
+shown to and changed by an operator.  Grammar only in `add_parser`; the
+behaviour is `lease.force_release` and `lease.status` (`syncengine.durable.lease`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from syncengine.durable import lease
+from syncengine.engine import Engine
+
+TAKEOVER = (
+    "take the durable root's lease from another instance at once instead of waiting "
+    "lease_wait seconds for it to be released or to expire (the other instance is "
+    "fenced: it publishes nothing more and exits 76)"
+)
+
+
+def add_parser(command: Any) -> None:
+    """The ``lease`` command (`command`: cliargs' `_command` bound to the subparsers)."""
+    sub = command(
+        "lease",
+        help="the durable root's lease: one writer per durable root",
+        description="release --force: mark the durable root's lease released, whoever "
+        "holds it, so the next instance takes it at once. Only for a holder you know "
+        "is dead: a live holder is fenced at its next manifest object and stops "
+        "(lease.lost).",
+    )
+    sub.add_argument("action", choices=("release",))
+    sub.add_argument("--force", action="store_true", help="required: you know the holder is dead")
+
+
+def command(engine: Engine, args: argparse.Namespace) -> int:
+    if not args.force:
+        print("syncengine lease release: add --force (the holder must be dead)", file=sys.stderr)
+        return 2
+    engine.durable.check()
+    store = engine.durable.writable_store(engine.config.durable_root)
+    released = lease.force_release(store)
+    if released is None:
+        print("no lease to release")
+        return 0
+    print(f"released generation {released.generation} (held by {released.holder})")
+    return 0
+
+
+def status_lines(status: dict[str, Any]) -> list[str]:
+    """The lease lines of ``syncengine status``."""
+    lease = status.get("lease") or {}
+    if "error" in lease:
+        return [f"lease: unknown ({lease['error']})"]
+    if not lease.get("generation"):
+        return ["lease: none yet (taken by the first checkpoint that writes)"]
+    if lease.get("holder") is None:
+        return [f"lease: generation {lease['generation']}, unreadable ({lease.get('unreadable')})"]
+    state = "released" if lease.get("released") else f"expires {lease.get('expires')}"
+    lines = [f"lease: generation {lease['generation']} held by {lease['holder']}, {state}"]
+    lost = (status.get("daemon") or {}).get("lease_lost")
+    if lost:
+        lines.append(f"  LEASE LOST: {lost}")
+    return lines
+
+
+__all__ = ["add_parser", "command", "status_lines"]
