@@ -55,7 +55,7 @@ class Passes:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.config = engine.config
-        self.adapters = AdapterStates(engine)  # indexes, seeding, the start check
+        self.adapters: AdapterStates = AdapterStates(engine)  # indexes, seeding, start check
         self._recheck: dict[str, set[str]] = {}
 
     # -- checkpoint ------------------------------------------------------
