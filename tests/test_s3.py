@@ -213,9 +213,10 @@ def test_a_pass_after_the_fresh_window_checks_the_lease_and_a_fenced_one_stops(
     count = len(dep.server.requests(dep.bucket))
     assert eng.checkpoint().ok
     made = dep.server.requests(dep.bucket)[count:]
-    assert [m for m, _, _ in made[:2]] == ["HEAD", "PUT"], made
-    assert "/.syncengine/lease/" in made[0][1] and "/segments/" in made[1][1], made
-    assert all("/.syncengine/lease/" in p for _, p, _ in made[2:]), made  # a renewal
+    assert made[0][0] == "HEAD" and "/.syncengine/lease/" in made[0][1], made  # the check
+    # besides the lease (a renewal comes too when a slow machine made it due): the piece
+    others = [(m, p) for m, p, _ in made if "/.syncengine/lease/" not in p]
+    assert len(others) == 1 and others[0][0] == "PUT" and "/segments/" in others[0][1], made
     other = dep.base / "other"
     other.mkdir()
     took = dep.run("restore", "--takeover", env=dep.env(AM_LOCAL=str(other)))
