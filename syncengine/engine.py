@@ -213,7 +213,7 @@ class Engine:
             if final:  # every log's bytes are durable: now each one whole at its path
                 reports = [self.passes.plain_phase(rep, started, dry_run) for rep in reports]
             if not dry_run:
-                self.lease.after_pass()
+                self.lease.renew()
         except OSError as exc:  # not translated where it happened: still one clear line
             raise self.os_error("checkpoint", exc) from exc
         finally:

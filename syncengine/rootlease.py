@@ -3,7 +3,7 @@
 Owns the hooks `Engine` calls (issue 16): `commit` just before a pass's first
 durable write (`prepare_store`: an idle pass, or one whose copies all
 turn out unchanged, asks the durable side nothing), `before_restore` (a new
-instance waits for the old one's lease, or takes it over), `after_pass` (renew when
+instance waits for the old one's lease, or takes it over), `renew` (when
 due), `acquire` and `release` for a `Runner`, which keeps the lease from its
 start to its final checkpoint; the CLI releases at the end of each command,
 an embedded `Engine` at `close()` (``with Engine(...)``) or when the
@@ -99,11 +99,6 @@ class RootLease:
             self.held = exc
             raise
 
-    def after_pass(self) -> None:
-        """Renew when due (an idle pass between renewals asks nothing)."""
-        if self.holder.lost is None:
-            self.holder.renew()
-
     def release(self) -> None:
         """After a Runner's final checkpoint, at the end of a CLI command: the next
         instance may take over at once.  Only what this process took is released."""
@@ -114,9 +109,10 @@ class RootLease:
         return AdapterFence(self.holder, self.holder.epoch, adapter)
 
     def renew(self) -> None:
-        """A Runner between passes (its interval may be longer than a third of the lease)."""
-        if self.holder.lost is None:
-            self.holder.renew()
+        """Renew when due: after each pass (an idle pass between renewals asks nothing) and
+        from a Runner between passes (its interval may be longer than a third of the lease).
+        A lost lease is never renewed (`LeaseHolder.renew`)."""
+        self.holder.renew()
 
     def raise_if_stopped(self) -> None:
         """After a pass: raise what stopped it for the lease (`LeaseLost`: fenced, exit
