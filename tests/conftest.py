@@ -237,6 +237,16 @@ def _diff(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]
     }
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many workers ``-n auto`` (the default, pyproject addopts) starts: two per core
+    this process may run on, at most 8.  Most tests wait more than they compute (child
+    processes starting, FUSE round trips, the S3 server, kill points), so one worker per
+    core leaves the cores idle half the time.  Tests are independent: each has its own
+    tmp_path (mount points under it), its worker's S3 server on a port the OS picked,
+    and the few that change something system-wide share an ``xdist_group``."""
+    return max(2, min(8, 2 * len(os.sched_getaffinity(0))))
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--fusebucket-no-atomic-trunc",

@@ -1,6 +1,6 @@
 """A real S3 server on 127.0.0.1 for the ``[s3]`` durable kind: moto's, in a child process.
 
-`S3Server` runs ``python -m moto.server`` on a free local port (nothing outside
+`S3Server` runs ``python -m moto.server`` on a port the OS picks (nothing outside
 127.0.0.1), its request log in a file: `requests` reads the lines logged so far
 (werkzeug logs a request before it sends the response, so a request the client
 saw answered is in the log).  A child process, not moto's ThreadedMotoServer:
@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -36,57 +35,63 @@ CREDENTIALS = {
 # werkzeug colours every status but 200 (204, 206, 404...) with ANSI codes inside the quotes
 _ANSI = r"(?:\x1b\[[\d;]*m)*"
 _LINE = re.compile(rf'"{_ANSI}(GET|PUT|POST|DELETE|HEAD) (\S+) HTTP/[\d.]+{_ANSI}" (\d+)')
+_RUNNING = re.compile(r"Running on http://127\.0\.0\.1:(\d+)")
 _names = itertools.count()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class S3Server:
     """moto's S3 server in a child process, with its request log."""
 
     def __init__(self, log: Path, env: dict[str, str] | None = None) -> None:
-        self.port = _free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log = log
+        self._read = 0  # bytes of the log parsed so far
+        self._seen: list[tuple[str, str, int]] = []
+        self._client: Any = None
         env = {**os.environ, **CREDENTIALS, **(env or {})}
-        with open(log, "wb") as out:
+        with open(log, "wb") as out:  # port 0: the OS picks a free one, moto logs which
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
             )
-        deadline = time.monotonic() + 60
-        while True:  # wait for the listening socket (or the child's death)
+        self.port = self._listening_port(time.monotonic() + 60)
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+
+    def _listening_port(self, deadline: float) -> int:
+        """The port of moto's ``Running on http://127.0.0.1:PORT`` line (or its death)."""
+        while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"moto server exited: {log.read_text()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+                raise RuntimeError(f"moto server exited: {self.log.read_text()[-2000:]}")
+            found = _RUNNING.search(self.log.read_text(errors="replace"))
+            if found:
+                return int(found.group(1))
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"moto server did not start: {self.log.read_text()[-2000:]}")
+            time.sleep(0.02)  # polling the log, which says when
 
     def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
         self.proc.terminate()
         self.proc.wait(timeout=30)
 
     def client(self) -> Any:
-        """A botocore client, for the tests' own setup and inspection."""
-        import botocore.session
+        """A botocore client, for the tests' own setup and inspection: one per server,
+        made on first use (making one costs about 70 ms of CPU, and every `Tree.raw`
+        asks for it)."""
+        if self._client is None:
+            import botocore.session
 
-        return botocore.session.Session().create_client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+            self._client = botocore.session.Session().create_client(
+                "s3",
+                endpoint_url=self.endpoint,
+                region_name="us-east-1",
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+            )
+        return self._client
 
     def bucket(self) -> str:
         name = f"bucket-{next(_names)}"
@@ -104,13 +109,19 @@ class S3Server:
         )
 
     def requests(self, bucket: str | None = None) -> list[tuple[str, str, int]]:
-        """(method, path, status) of every request logged so far (to `bucket` only)."""
-        out = []
-        for m in _LINE.finditer(self.log.read_text(errors="replace")):
-            method, path, status = m.group(1), m.group(2), int(m.group(3))
-            if bucket is None or path.split("?")[0].split("/")[1] == bucket:
-                out.append((method, path, status))
-        return out
+        """(method, path, status) of every request logged so far (to `bucket` only).
+        Reads only what the log gained since the last call: tests poll it in loops, and
+        the session's log holds every test's requests."""
+        with open(self.log, "rb") as f:
+            f.seek(self._read)
+            new = f.read()
+        whole = new[: new.rfind(b"\n") + 1]  # a line still being written: next time
+        self._read += len(whole)
+        for m in _LINE.finditer(whole.decode(errors="replace")):
+            self._seen.append((m.group(1), m.group(2), int(m.group(3))))
+        if bucket is None:
+            return list(self._seen)
+        return [r for r in self._seen if r[1].split("?")[0].split("/")[1] == bucket]
 
 
 @pytest.fixture(scope="session")

@@ -285,6 +285,7 @@ def test_a_read_only_directory_is_restored_with_everything_inside(
 
 
 @pytest.mark.dir_only("the watcher watches the local tree only")
+@pytest.mark.xdist_group("inotify")  # waits for hints: not beside test_watch's overflow test
 def test_a_watcher_driven_pass_records_a_new_empty_directory_and_a_chmod(
     tree: Tree, engine: EngineFactory
 ) -> None:

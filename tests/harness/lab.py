@@ -33,6 +33,10 @@ from tests.harness.profiles import Profile, Where
 
 TURN_TIMEOUT = 300.0  # one harness turn (OpenClaw takes ~20-60 s on a loaded 2-core box)
 SYNCENGINE_TIMEOUT = 180.0
+# The operator's syncengine.toml (SYNCENGINE_CONFIG) for every life: a lease of 10 s
+# instead of 60, so the life after a SIGKILLed one waits at most 10 s for the dead
+# holder's lease to expire (the same wait, shorter) instead of a minute per harness.
+SYNCENGINE_TOML = "lease_seconds = 10\n"
 
 
 @attrs.frozen
@@ -135,6 +139,7 @@ class Lab:
             "CI": "1",
             "AM_LOCAL": str(w.local),
             "DATA_DIR": str(self.durable),
+            "SYNCENGINE_CONFIG": str(self._syncengine_toml()),
             proctree.MARKER: self.marker,
             # Anything that tries another host comes here and is refused (escapes()).
             "HTTP_PROXY": url,
@@ -152,6 +157,12 @@ class Lab:
         }
         env.update(self.profile.env(w))
         return env
+
+    def _syncengine_toml(self) -> Path:
+        path = self.base / "syncengine.toml"
+        if not path.exists():
+            path.write_text(SYNCENGINE_TOML)
+        return path
 
     def note(self, text: str) -> None:
         self.transcript.append(text)
