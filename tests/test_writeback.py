@@ -131,6 +131,12 @@ class Deployment:
         ]
         return files(where / "local" / LIVE)
 
+    def close(self) -> None:
+        """The engines closed (their lease released while the mount is up), unmounted."""
+        for engine in self.made:
+            engine.close()
+        self.mount.unmount()
+
     def write(self, rel: str, data: bytes) -> None:
         path = self.live / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -146,14 +152,13 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
     try:
         yield d
     finally:
-        for engine in d.made:
-            engine.close()
-        d.mount.unmount()
+        d.close()
 
 
-@pytest.fixture(params=list(KILLS))
+@pytest.fixture(params=["bucket", pytest.param("rclone-s3", marks=pytest.mark.slow)])
 def any_mount(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Deployment]:
-    """`deployment` on each write-back kind: the emulator, and real rclone over S3."""
+    """`deployment` on each write-back kind: the emulator, and real rclone over S3 (slow:
+    a real mount and server, seconds a kill point)."""
     if request.param == "bucket":
         ok, reason = fuse_available()
         if not ok:
@@ -165,9 +170,7 @@ def any_mount(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Deploy
     try:
         yield d
     finally:
-        for engine in d.made:
-            engine.close()
-        d.mount.unmount()
+        d.close()
 
 
 def behind_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -192,7 +195,6 @@ def mutate(d: Deployment, rng: random.Random, point: int) -> None:
         )
 
 
-@pytest.mark.slow  # [rclone-s3]: about 6 s a kill point
 def test_mount_killed_after_each_checkpoint_is_noticed_and_republished(
     any_mount: Deployment, caplog: pytest.LogCaptureFixture
 ) -> None:
