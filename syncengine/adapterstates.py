@@ -102,10 +102,16 @@ class AdapterStates:
         return states
 
     def start_checks(
-        self, states: list[AdapterState], reports: list[AdapterReport], *, force: bool = False
+        self,
+        states: list[AdapterState],
+        reports: list[AdapterReport],
+        *,
+        force: bool = False,
+        rebase: bool = False,
     ) -> list[AdapterState]:
         """The index against the durable side, for each adapter at a start (a new mount
-        instance since its last check, or `force`): see `syncengine.local.seed`."""
+        instance since its last check, or `force`): see `syncengine.local.seed`.  Forced
+        by the operator (`rebase`), a fork is repaired from here whatever the index."""
         now = probe.instance(self.config.durable_root)
         kept, healthy = [], False
         for state in states:
@@ -119,7 +125,7 @@ class AdapterStates:
                         self.engine.durable.check()
                         healthy = True
                     if state.name not in self.unseeded:
-                        seeding.check(state, now)
+                        seeding.check(state, now, rebase=rebase)
                         self.indexes[state.name] = state.index
                     seeding.remember(self.config.state_dir, state.name, now, self.engine.clock())
                 self._checked[state.name] = now

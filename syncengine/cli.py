@@ -276,6 +276,16 @@ def _run(engine: Engine, args: argparse.Namespace) -> int:
     return Supervisor(runner, cmd, grace=args.grace, stop_timeout=args.stop_timeout).run()
 
 
+def _checkpoint(engine: Engine, args: argparse.Namespace) -> Report:
+    return engine.checkpoint(
+        args.adapters,
+        wait=not args.no_wait,
+        dry_run=args.dry_run,
+        final=args.final,
+        check_durable=args.check_durable,
+    )
+
+
 def _release_lease(engine: Engine | None) -> None:
     """A command ends: the lease it took goes (the next instance need not wait)."""
     if engine is not None:
@@ -340,9 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"syncengine: migrate: {err}", file=sys.stderr)
             return mrep.exit_code
         if args.command == "checkpoint":
-            report = engine.checkpoint(
-                args.adapters, wait=not args.no_wait, dry_run=args.dry_run, final=args.final
-            )
+            report = _checkpoint(engine, args)
         else:
             report = engine.restore(args.adapters, dry_run=args.dry_run, takeover=args.takeover)
     except SyncEngineError as exc:

@@ -223,6 +223,7 @@ def _pass_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="skip (exit 0) if another checkpoint or restore is running "
         "(for timers); by default wait for it",
     )
+    c.add_argument("--check-durable", action="store_true", help=clilease.CHECK_DURABLE)
 
     r = _command(
         sub,

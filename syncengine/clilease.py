@@ -20,6 +20,11 @@ TAKEOVER = (
     "lease_wait seconds for it to be released or to expire (the other instance is "
     "fenced: it publishes nothing more and exits 76)"
 )
+CHECK_DURABLE = (
+    "first compare the durable side with the local index, as at a start, whatever was "
+    "checked before; a forked manifest (restore and verify say so) gets a full base of "
+    "this instance's state under a new lease generation"
+)
 
 
 def add_parser(command: Any) -> None:

@@ -177,6 +177,7 @@ class Engine:
         final: bool = False,
         hints: Hints | None = None,
         lock_timeout: float | None = None,
+        check_durable: bool = False,
     ) -> Report:
         """Publish what changed in each adapter's live tree.
 
@@ -186,9 +187,9 @@ class Engine:
         the writers stopped) append-only logs are published to their exact
         end, trailing partial line included.  `hints` (from a file watcher)
         maps an adapter name to the relative paths that changed, or None for a
-        full walk; adapters not in it are walked in full.  Paths that changed
-        in the previous pass are looked at again (a copy that raced a writer,
-        or a too-recent mtime, is re-checked next pass).
+        full walk; adapters not in it are walked in full (and paths that changed
+        last pass again).  `check_durable`: the start-up check first (a fork is
+        repaired), whatever was checked before.
         """
         started = self.clock()
         t0 = time.monotonic()
@@ -209,7 +210,9 @@ class Engine:
         try:
             if not dry_run:  # DATA_DIR changed: this state dir's indexes are another root's
                 self.lease.before_pass()
-            reports = self.passes.checkpoint(specs, started, dry_run, final, hints or {})
+            reports = self.passes.checkpoint(
+                specs, started, dry_run, final, hints or {}, check=check_durable
+            )
             if final:  # every log's bytes are durable: now each one whole at its path
                 reports = [self.passes.plain_phase(rep, started, dry_run) for rep in reports]
             if not dry_run:

@@ -27,7 +27,7 @@ from syncengine.checkpoint import execute as checkpoint
 from syncengine.checkpoint import record, sqlite
 from syncengine.config import AdapterSpec
 from syncengine.errors import DurableError, NameTaken, local_error
-from syncengine.local import chainstate
+from syncengine.local import behind, chainstate
 from syncengine.local import seed as seeding
 from syncengine.local.index import Index, settled
 from syncengine.model import AdapterState
@@ -99,12 +99,14 @@ class Passes:
         hints: Hints,
         *,
         rebuilt: bool = False,
+        check: bool = False,
     ) -> list[AdapterReport]:
-        """One checkpoint pass over `specs` (the caller holds the state lock)."""
+        """One checkpoint pass over `specs` (the caller holds the state lock); `check`:
+        the start-up check first whatever was checked before, a fork repaired from here."""
         reports: list[AdapterReport] = []
         states = self.adapters.states(specs, reports)
         if not dry_run:
-            states = self.adapters.start_checks(states, reports)
+            states = self.adapters.start_checks(states, reports, force=check, rebase=check)
         jobs = self.scan_jobs(states, started)
         results = self._walk(jobs, hints)
         for state, job in zip(states, jobs, strict=True):
@@ -220,6 +222,7 @@ class Passes:
         may_write = any(isinstance(a, (*PUBLISHING, RecordLink, RecordDir)) for a in actions) or (
             final and bool(chainstate.unrecorded(state.index))
         )
+        may_write = may_write or behind.rebase_due(state.index.meta)  # a fork to repair
         prepare = functools.partial(self.engine.lease.prepare_store, state.store)
         if may_write and state.name in self.adapters.unseeded:
             try:  # only now: an idle pass never reads the durable side

@@ -10,8 +10,9 @@ an embedded `Engine` at `close()` (``with Engine(...)``) or when the
 interpreter exits (a killed one's lease expires).  When the previous
 generation was another instance's, this state dir's indexes may be behind
 the manifest: they are dropped, and each adapter starts from the durable
-manifest (`AdapterFence`).  The lease itself is
-`syncengine.local.leaseholder.LeaseHolder`.
+manifest (`AdapterFence`).  A take never goes at or below a generation the
+adapters' manifests name (`_floor`, `syncengine.durable.leasing`).  The lease
+itself is `syncengine.local.leaseholder.LeaseHolder`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from syncengine.durable import lease
+from syncengine.durable import lease, manifestlist
 from syncengine.durable.store import Store
 from syncengine.errors import DurableError, LeaseHeld, LeaseLost, NameTaken
 from syncengine.local import status
@@ -43,6 +44,7 @@ class RootLease:
             str(config.durable_root),
             lease_seconds=config.lease_seconds,
             lease_wait=config.lease_wait,
+            floor=self._floor,
         )
         self.holder.on_foreign = lambda keep: self._forget_indexes(
             "another instance wrote last", keep
@@ -137,6 +139,13 @@ class RootLease:
         if self.holder.current is not None or self.holder.lost is not None:
             out["this_engine"] = self.holder.describe()
         return out
+
+    def _floor(self) -> int:
+        """The newest lease generation any manifest object of this engine's adapters names
+        (`leasing` never takes one at or below it): one listing per adapter, at a take."""
+        engine = self.engine
+        stores = (engine.stores(spec.durable) for spec in engine.config.adapters)
+        return max((manifestlist.listing(store).generation for store in stores), default=0)
 
     def _forget_indexes(self, why: str, keep: frozenset[str] = frozenset()) -> None:
         config = self.engine.config

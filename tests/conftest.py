@@ -46,6 +46,10 @@ mounted over ``bucket/``.  `tree.backing` is then what can be read without
 waiting for rclone's write-back: ``bucket/`` in off mode, the mount itself in
 writes mode; ``tree.ops()`` is ``{}``.  Mark tests that hold on any mount that
 commits on close; they skip where rclone is missing (and fail under CI).
+A test marked ``@pytest.mark.rclone_s3`` also runs ``[rclone-s3]``: ``data/`` a
+real ``rclone mount --vfs-cache-mode writes`` over its own bucket of the S3
+server (tests/rclone_mount.py `s3_remote`), the deployment write-back issues
+were measured on; `tree.backing` is the mount.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ from tests import bucket_mount, rclone_mount
 from tests.bucket_mount import BucketMount, fuse_available
 from tests.helpers import snapshot
 from tests.memstore import MemoryBucket
-from tests.rclone_mount import RcloneMount, require_rclone
+from tests.rclone_mount import RcloneMount, require_rclone, s3_remote
 from tests.s3path import S3Path
 from tests.s3server import CREDENTIALS, S3Server, s3_server
 
@@ -285,6 +289,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "rclone: also run with the durable root on real rclone mounts "
         "(--vfs-cache-mode off and writes)",
     )
+    config.addinivalue_line(
+        "markers",
+        "rclone_s3: also run with the durable root on real rclone (--vfs-cache-mode writes) "
+        "over a bucket of the S3 server",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -297,6 +306,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     kinds = ["dir"] if marker is not None else list(DURABLE_KINDS)
     if marker is None and metafunc.definition.get_closest_marker("rclone") is not None:
         kinds += RCLONE_KINDS
+    if marker is None and metafunc.definition.get_closest_marker("rclone_s3") is not None:
+        kinds += ["rclone-s3"]
     posix = metafunc.definition.get_closest_marker("posix_only")
     if posix is not None and not (posix.args or posix.kwargs.get("reason")):
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: posix_only needs a reason")
@@ -328,6 +339,13 @@ def tree(tmp_path: Path, durable_kind: str, request: pytest.FixtureRequest) -> I
     if durable_kind == "s3":  # data/ stays an empty directory, as for memory
         server: S3Server = request.getfixturevalue("s3_server")
         yield Tree(tmp_path, local, data, kind="s3", s3=(server, server.bucket()))
+        return
+    if durable_kind == "rclone-s3":
+        require_rclone()
+        server = request.getfixturevalue("s3_server")
+        remote = s3_remote(server.endpoint, server.bucket(), S3_PREFIX)
+        with RcloneMount(tmp_path / "bucket", data, "writes", remote=remote) as rclone:
+            yield Tree(tmp_path, local, data, kind=durable_kind, backing=data, rclone=rclone)
         return
     if durable_kind in RCLONE_KINDS:
         require_rclone()

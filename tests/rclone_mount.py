@@ -14,6 +14,12 @@ BACKING a plain directory playing the bucket, in the two modes rclone users run
 
 Neither mode stores modes (chmod is accepted and dropped) nor symlinks.
 
+``remote=`` mounts an rclone remote instead of BACKING: `s3_remote` is a bucket
+prefix of the test S3 server (tests/s3server.py, moto on 127.0.0.1), so
+``writes`` mode is the deployment the issues were measured on (rclone write-back
+over S3): a `kill` then loses what had not reached the bucket, and what did is
+read back through the bucket's API (`tests.s3path.S3Path`).
+
 ``rc=True`` starts rclone's remote control on a free 127.0.0.1 port
 (``--rc --rc-addr``): `uploads` reads its upload counts, `wait_uploads` waits
 until nothing is queued or uploading.  `kill` is what a container stop does to
@@ -93,6 +99,7 @@ class RcloneMount:
         *,
         rc: bool = False,
         write_back: str | None = None,
+        remote: str | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"rclone vfs cache mode {mode!r}: one of {MODES}")
@@ -101,6 +108,7 @@ class RcloneMount:
         self.mode = mode
         self.rc_addr = f"127.0.0.1:{free_port()}" if rc else None
         self.write_back = write_back  # --vfs-write-back (rclone's default: 5s)
+        self.remote = remote  # an rclone remote to mount instead of `backing`
         self.process: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
 
@@ -122,7 +130,8 @@ class RcloneMount:
         """Start rclone and return once the kernel has the mount."""
         if self.process is not None:
             raise RuntimeError(f"{self.mountpoint} already mounted by this RcloneMount")
-        self.backing.mkdir(parents=True, exist_ok=True)
+        if self.remote is None:
+            self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         if self._workdir is None:  # else the cache a clean unmount left (settle)
             self._workdir = Path(
@@ -133,7 +142,7 @@ class RcloneMount:
         command = [
             "rclone",
             "mount",
-            str(self.backing),
+            self.remote or str(self.backing),
             str(self.mountpoint),
             "--vfs-cache-mode",
             self.mode,
@@ -151,6 +160,9 @@ class RcloneMount:
         with open("/proc/self/mountinfo", "rb") as mounts:  # POLLPRI when the table changes
             self.process = subprocess.Popen(
                 command,
+                # a CA bundle set for the host's own TLS makes rclone's S3 client fail at
+                # start ("unsupported transport"); the test server is plain HTTP
+                env={k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -232,6 +244,16 @@ class RcloneMount:
         with contextlib.suppress(OSError):
             return (self._workdir / "log").read_text(errors="replace").strip()[-2000:]
         return ""
+
+
+def s3_remote(endpoint: str, bucket: str, prefix: str = "") -> str:
+    """An rclone connection string for `bucket`/`prefix` on the test S3 server (its dummy
+    credentials, no config file)."""
+    options = (
+        f"provider=Other,endpoint='{endpoint}',access_key_id=testing,"
+        "secret_access_key=testing,region=us-east-1"
+    )
+    return f":s3,{options}:{bucket}/{prefix}".rstrip("/")
 
 
 def _fusermount(flag: str, mountpoint: Path) -> bool:

@@ -15,15 +15,31 @@ delay drawn from the measured duration of an unkilled checkpoint, then check:
   succeeds and equals the live tree that checkpoint saw.
 
 One batch kills the FUSE daemon itself instead (pending writes are lost, the
-child gets ENOTCONN) and remounts the same bucket afterwards.  Each batch is a
-test of its own (independent: its own mount, tree and seed), so they run in
-parallel; each must reach its number of kill points that landed while the
-checkpoint was still running (up to three tries per point).  The counts are
-printed and written to crash-matrix-<batch>.json in the test's tmp dir; with
-SYNCENGINE_RECORD_RESULTS=1 each batch also writes its row of the table in
-benchmarks/RESULTS.md.  A live SQLite database in WAL mode, written between
-checkpoints, is part of the tree: every published snapshot and every restored
-copy must pass ``PRAGMA quick_check``.
+child gets ENOTCONN) and remounts the same bucket afterwards.
+
+The same matrix runs on every store kind (`CASES`, a test per batch): ``[bucket]``
+the emulator batches above; ``[dir]`` a plain directory; ``[s3]``
+``DATA_DIR=s3://...`` on the test S3 server; ``[rclone-s3]`` real ``rclone mount
+--vfs-cache-mode writes`` over it, its checkpoints killed, then rclone itself
+killed with its cache dropped (what had not landed is lost).  There, what is
+checked is what landed in the bucket.  Outside the emulator a kill point is
+drawn *stratified*: point k of n falls in the k-th n-th of a measured unkilled
+checkpoint, so every phase of a pass longer than 1/n of it (before the first
+copy, amid the copies, between the copies and the manifest object, before the
+index is saved) is killed at least once: n = 12 on a directory and on S3
+(their passes have no mount to vary), 8 + 6 over rclone (seconds a point).  The
+large files are hundreds of KiB there, not MiB: the phases are the same, and
+multipart uploads killed midway are test_s3_kills's.  The counts of
+kill points and failures are printed and written to crash-matrix-<id>.json in the
+test's tmp dir.  Each batch is a test of its own (independent: its own mount,
+tree and seed), so batches run in parallel; each must reach its number of kill
+points that landed while the checkpoint was still running (up to five tries
+per point; a pass that finished before its kill shortens the delays drawn next,
+since the machine's load moves what a pass takes); with
+SYNCENGINE_RECORD_RESULTS=1 each batch writes its row of the table in
+benchmarks/RESULTS.md.  A live SQLite database in WAL mode, written
+between checkpoints, is part of the tree: every published snapshot and every
+restored copy must pass ``PRAGMA quick_check``.
 """
 
 from __future__ import annotations
@@ -48,9 +64,12 @@ import xxhash
 
 from syncengine import Engine, config_from_dict
 from syncengine.durable import manifest
-from syncengine.durable.posix.store import Store
+from syncengine.durable.posix.store import PosixStore
+from syncengine.durable.store import Store
 from tests.bucket_mount import BucketMount, fuse_available
 from tests.conftest import REPO
+from tests.rclone_mount import RcloneMount, require_rclone, s3_remote
+from tests.s3server import CREDENTIALS, S3Server
 
 pytestmark = pytest.mark.slow  # mounts the emulator itself, once per batch and mode
 
@@ -58,8 +77,9 @@ LIVE = "crash-live"
 DUR = "state/crash"
 HAS_SQLITE = True  # a WAL database in the tree (the constant keeps the checks readable)
 # (name, BucketMount options, kill points, kill the daemon instead of the checkpoint);
-# a mode with many points is split in two batches of its own seed, so they run in parallel
-BATCHES: list[tuple[str, dict[str, Any], int, bool]] = [
+# a mode with many points is split in two batches of their own seed, to run in parallel
+Batch = tuple[str, dict[str, Any], int, bool]
+BATCHES: list[Batch] = [
     ("commit-1", {"kill_mode": "commit"}, 30, False),
     ("commit-2", {"kill_mode": "commit"}, 30, False),
     ("discard-1", {"kill_mode": "discard"}, 23, False),
@@ -73,6 +93,15 @@ BATCHES: list[tuple[str, dict[str, Any], int, bool]] = [
     ),
     ("daemon-killed", {"kill_mode": "commit"}, 30, True),
 ]
+TRIES = 5  # attempts per kill point at most (one whose pass finished first does not count)
+# (store kind, batch): one test each; the emulator's batches, then the other kinds'
+CASES: list[tuple[str, Batch]] = [
+    *(("bucket", b) for b in BATCHES),
+    ("dir", ("dir", {}, 12, False)),
+    ("s3", ("s3", {}, 12, False)),
+    ("rclone-s3", ("rclone-writes", {}, 8, False)),
+    ("rclone-s3", ("rclone-killed", {}, 6, True)),
+]
 
 
 def _h(data: bytes) -> int:
@@ -80,11 +109,13 @@ def _h(data: bytes) -> int:
 
 
 class LiveTree:
-    """The live tree and every complete version of each file ever written."""
+    """The live tree and every complete version of each file ever written (`shift`: the
+    large files' unit, 20 for MiB)."""
 
-    def __init__(self, root: Path, rng: random.Random) -> None:
+    def __init__(self, root: Path, rng: random.Random, shift: int = 20) -> None:
         self.root = root
         self.rng = rng
+        self.shift = shift
         self.versions: dict[str, set[int]] = {}
         self.round = 0
 
@@ -102,7 +133,9 @@ class LiveTree:
         for i in range(24):
             self.put(f"small/{i:02d}.json", self.body(f"small/{i}", self.rng.randint(50, 8000)))
         for i in range(3):
-            self.put(f"large/{i}.bin", self.body(f"large/{i}", self.rng.randint(2, 5) << 20))
+            self.put(
+                f"large/{i}.bin", self.body(f"large/{i}", self.rng.randint(2, 5) << self.shift)
+            )
         self.put("sessions/transcript.jsonl", b"")
         self.mutate()
 
@@ -111,7 +144,7 @@ class LiveTree:
         for i in self.rng.sample(range(24), 5):
             self.put(f"small/{i:02d}.json", self.body(f"small/{i}", self.rng.randint(50, 8000)))
         i = self.rng.randrange(3)
-        self.put(f"large/{i}.bin", self.body(f"large/{i}", self.rng.randint(1, 5) << 20))
+        self.put(f"large/{i}.bin", self.body(f"large/{i}", self.rng.randint(1, 5) << self.shift))
         transcript = self.root / "sessions/transcript.jsonl"
         lines = b"".join(
             json.dumps({"round": self.round, "n": n, "text": "x" * 60}).encode() + b"\n"
@@ -129,18 +162,76 @@ class LiveTree:
         return out
 
 
+class Target:
+    """One batch's durable root: where the config points, how it is mounted, killed and
+    remounted, and the adapter's durable directory as it landed (`store`)."""
+
+    def __init__(self, kind: str, base: Path, options: dict[str, Any], server: S3Server | None):
+        self.kind, self.options, self.server = kind, options, server
+        self.backing, self.mnt = base / "bucket", base / "mnt"
+        self.bucket = server.bucket() if server is not None else ""
+        self.mount: BucketMount | RcloneMount | None = None
+        self.no_rename = options.get("rename") is False
+
+    @property
+    def root(self) -> Path | str:
+        if self.kind == "dir":
+            return self.backing
+        return f"s3://{self.bucket}/data" if self.kind == "s3" else self.mnt
+
+    def env(self) -> dict[str, str]:
+        """The engines' environment: the S3 server's, for an s3:// root."""
+        if self.kind != "s3":
+            return {}
+        assert self.server is not None
+        return {**CREDENTIALS, "AWS_ENDPOINT_URL": self.server.endpoint}
+
+    def start(self) -> None:
+        if self.kind == "bucket":
+            self.mount = BucketMount(self.backing, self.mnt, **self.options).mount()
+        elif self.kind == "rclone-s3":
+            assert self.server is not None
+            remote = s3_remote(self.server.endpoint, self.bucket, "data")
+            self.mount = RcloneMount(self.backing, self.mnt, "writes", remote=remote).mount()
+        else:
+            self.backing.mkdir(parents=True, exist_ok=True)
+
+    def kill(self) -> None:
+        """The mount dies with what it had not written (the emulator's daemon, rclone with
+        its cache); `stop` unmounts it once the killed checkpoint has ended, and `start`
+        mounts it again."""
+        assert self.mount is not None
+        self.mount.kill()
+
+    def stop(self) -> None:
+        if self.mount is not None:
+            self.mount.unmount()
+
+    def store(self, landed: bool = False) -> Store:
+        """The adapter's durable directory as a reader sees it: through a write-back mount
+        (rclone's cache), or as it `landed` in the bucket (after rclone was killed)."""
+        if self.kind == "rclone-s3" and not landed:
+            return PosixStore(self.mnt / DUR)
+        if self.server is None:
+            return PosixStore(self.backing / DUR)
+        from syncengine.durable.s3.store import S3Store
+
+        return S3Store(self.server.location(self.bucket, f"data/{DUR}"))
+
+
 class Matrix:
     """Runs the kill points of one batch and records what went wrong."""
 
-    def __init__(self, base: Path, rng: random.Random) -> None:
+    def __init__(self, base: Path, rng: random.Random, env: dict[str, str]) -> None:
         self.base = base
         self.rng = rng
+        self.env = env  # the engines' environment (the S3 server's, for an s3:// root)
         self.failures: list[str] = []
         self.kill_points = 0
         self.completed_before_kill = 0
         self.checks = 0
 
-    def raw(self, local: Path, data: Path, state: Path) -> dict[str, Any]:
+    def raw(self, local: Path, data: Path | str, state: Path) -> dict[str, Any]:
         adapter: dict[str, Any] = {"name": "crash", "live": LIVE, "durable": DUR}
         if HAS_SQLITE:
             adapter["sqlite"] = ["db/state.sqlite"]
@@ -153,7 +244,7 @@ class Matrix:
             "jobs": 4,
         }
 
-    def config_file(self, local: Path, data: Path, state: Path) -> Path:
+    def config_file(self, local: Path, data: Path | str, state: Path) -> Path:
         path = self.base / "crash.toml"
         raw = self.raw(local, data, state)
         adapter = raw.pop("adapter")[0]
@@ -166,13 +257,16 @@ class Matrix:
     def fail(self, where: str, what: str) -> None:
         self.failures.append(f"{where}: {what}")
 
-    def check_durable(self, backing: Path, live: LiveTree, where: str, no_rename: bool) -> None:
-        """Complete versions only, manifest objects decode or are skipped."""
+    def check_durable(
+        self, store: Store, live: LiveTree, where: str, no_rename: bool, *, lagging: bool = False
+    ) -> None:
+        """Complete versions only, manifest objects decode or are skipped (`store`: the
+        adapter's durable directory as a reader sees it).  `lagging`: what a killed
+        write-back mount left, whose manifest may have landed before objects it names
+        (the next start publishes them again: the follow-up's check)."""
         self.checks += 1
-        store_dir = backing / DUR
-        if not store_dir.exists():
+        if not store.exists():
             return
-        store = Store(store_dir)
         try:
             state = manifest.load(store)
         except Exception as exc:
@@ -180,7 +274,7 @@ class Matrix:
             return
         skipped = " ".join(state.problems + state.warnings)  # a torn newest: a warning
         for _seq, _kind, name in manifest.list_objects(store):
-            data = (store_dir / manifest.MANIFEST_DIR / name).read_bytes()
+            data = store.read_bytes(f"{manifest.MANIFEST_DIR}/{name}")
             try:
                 manifest.decode(data)
             except (ValueError, KeyError) as exc:
@@ -188,14 +282,14 @@ class Matrix:
                     self.fail(where, f"undecodable manifest {name} not reported ({exc})")
         for entry in state.entries.values():
             if entry.kind == "sqlite":
-                self.check_snapshot(store_dir / entry.location, where)
+                self.check_snapshot(store, entry.location, where)
             if entry.kind != "file":
                 continue
-            path = store_dir / entry.location
             try:
-                data = path.read_bytes()
+                data = store.read_bytes(entry.location)
             except FileNotFoundError:
-                self.fail(where, f"{entry.path}: manifest names missing {entry.location}")
+                if not lagging:
+                    self.fail(where, f"{entry.path}: manifest names missing {entry.location}")
                 continue
             if _h(data) not in live.versions.get(entry.path, set()):
                 self.fail(
@@ -205,23 +299,22 @@ class Matrix:
             elif no_rename and entry.hash is not None and _h(data) != entry.hash:
                 self.fail(where, f"{entry.path}: object differs from its manifest entry")
         if not no_rename:
-            for path in store_dir.rglob("*"):
-                rel = str(path.relative_to(store_dir))
-                if not path.is_file() or rel.startswith(".syncengine"):
+            for info in store.list():
+                if info.kind != "file" or info.key.startswith(".syncengine"):
                     continue
-                if rel.startswith("checkpoints/"):  # a SQLite snapshot, whole and valid
-                    self.check_snapshot(path, where)
-                elif _h(path.read_bytes()) not in live.versions.get(rel, set()):
-                    self.fail(where, f"{rel}: durable file is a prefix or garbage")
+                if info.key.startswith("checkpoints/"):  # a SQLite snapshot, whole and valid
+                    self.check_snapshot(store, info.key, where)
+                elif _h(store.read_bytes(info.key)) not in live.versions.get(info.key, set()):
+                    self.fail(where, f"{info.key}: durable file is a prefix or garbage")
 
-    def check_snapshot(self, path: Path, where: str) -> None:
+    def check_snapshot(self, store: Store, key: str, where: str) -> None:
         """A published SQLite snapshot passes quick_check (on a local copy, never in place)."""
         with tempfile.TemporaryDirectory() as tmp:
             local = Path(tmp) / "snap.db"
             try:
-                shutil.copyfile(path, local)
+                local.write_bytes(store.read_bytes(key))
             except FileNotFoundError:
-                self.fail(where, f"{path.name}: the manifest names a missing snapshot")
+                self.fail(where, f"{key}: the manifest names a missing snapshot")
                 return
             conn = sqlite3.connect(f"file:{local}?mode=ro", uri=True)
             try:
@@ -231,14 +324,14 @@ class Matrix:
             finally:
                 conn.close()
         if ok != "ok":
-            self.fail(where, f"{path}: SQLite snapshot fails quick_check ({ok})")
+            self.fail(where, f"{key}: SQLite snapshot fails quick_check ({ok})")
 
     def follow_up(
-        self, mount: BucketMount, live: LiveTree, state_dir: Path, where: str, n: int
+        self, root: Path | str, live: LiveTree, state_dir: Path, where: str, n: int
     ) -> None:
         """A following checkpoint completes; a restore into an empty tree matches it."""
         local = live.root.parent
-        eng = Engine(config_from_dict(self.raw(local, mount.mountpoint, state_dir), env={}))
+        eng = Engine(config_from_dict(self.raw(local, root, state_dir), env=self.env))
         with eng:  # closed like a command's end: the restore below need not wait
             report = eng.checkpoint()
         if not report.ok:
@@ -250,8 +343,8 @@ class Matrix:
             return
         expected = live.snapshot()
         target = self.base / f"restore-{n}"
-        cfg = self.raw(target, mount.mountpoint, target / ".state")
-        rep = Engine(config_from_dict(cfg, env={})).restore()  # a new instance (takes nothing)
+        cfg = self.raw(target, root, target / ".state")
+        rep = Engine(config_from_dict(cfg, env=self.env)).restore()  # a new instance
         if not rep.ok:
             self.fail(
                 where,
@@ -274,8 +367,9 @@ class Matrix:
         shutil.rmtree(target)
 
 
-def _start_checkpoint(config: Path) -> subprocess.Popen[bytes]:
+def _start_checkpoint(config: Path, extra: dict[str, str]) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCENGINE")}
+    env.update(extra)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return subprocess.Popen(
         [sys.executable, "-m", "syncengine", "--config", str(config), "-q", "checkpoint"],
@@ -301,18 +395,29 @@ def _sqlite_writer(live: Path) -> Callable[[int], None]:
     return write
 
 
-@pytest.mark.parametrize("batch", range(len(BATCHES)), ids=[b[0] for b in BATCHES])
-def test_crash_matrix(tmp_path: Path, batch: int) -> None:
-    ok, reason = fuse_available()
-    if not ok:
-        pytest.skip(f"bucket emulator: {reason}")
-    name, options, points, kill_daemon = BATCHES[batch]
-    seed = int(os.environ.get("SYNCENGINE_CRASH_SEED", "20261129")) + batch
+@pytest.mark.parametrize(
+    "case", range(len(CASES)), ids=[f"{k}-{b[0]}" if k == "bucket" else b[0] for k, b in CASES]
+)
+def test_crash_matrix(tmp_path: Path, case: int, request: pytest.FixtureRequest) -> None:
+    kind, (name, options, points, kill_daemon) = CASES[case]
+    server = None
+    if kind in ("bucket", "rclone-s3"):
+        ok, reason = fuse_available()
+        if not ok:
+            pytest.skip(f"bucket emulator: {reason}")
+    if kind == "rclone-s3":
+        require_rclone()
+    if kind in ("s3", "rclone-s3"):
+        server = request.getfixturevalue("s3_server")
+    seed = int(os.environ.get("SYNCENGINE_CRASH_SEED", "20261129")) + case
     rng = random.Random(seed)
-    matrix = Matrix(tmp_path, rng)
+    matrix = Matrix(tmp_path, rng, {})
     started = time.monotonic()
-    _run_batch(matrix, tmp_path / "b", name, options, points, kill_daemon, rng)
+    target = Target(kind, tmp_path / "b", options, server)
+    matrix.env = target.env()
+    _run_batch(matrix, target, name, points, kill_daemon, rng)
     result = {
+        "kind": kind,
         "batch": name,
         "kill_points": matrix.kill_points,
         "failures": len(matrix.failures),
@@ -323,7 +428,7 @@ def test_crash_matrix(tmp_path: Path, batch: int) -> None:
         "seconds": round(time.monotonic() - started, 1),
         "failure_list": matrix.failures[:50],
     }
-    (tmp_path / f"crash-matrix-{name}.json").write_text(json.dumps(result, indent=2))
+    (tmp_path / f"crash-matrix-{kind}-{name}.json").write_text(json.dumps(result, indent=2))
     print(f"\ncrash matrix: {json.dumps(result)}")
     if os.environ.get("SYNCENGINE_RECORD_RESULTS") == "1":
         _record(result)
@@ -333,20 +438,19 @@ def test_crash_matrix(tmp_path: Path, batch: int) -> None:
 
 def _run_batch(
     matrix: Matrix,
-    base: Path,
+    target: Target,
     name: str,
-    options: dict[str, Any],
     points: int,
     kill_daemon: bool,
     rng: random.Random,
 ) -> None:
-    backing, mnt, local, state = base / "bucket", base / "mnt", base / "local", base / "state"
-    live = LiveTree(local / LIVE, rng)
+    base = target.backing.parent
+    local, state = base / "local", base / "state"
+    live = LiveTree(local / LIVE, rng, shift=20 if target.kind == "bucket" else 17)
     live.populate()
     db_write = _sqlite_writer(live.root) if HAS_SQLITE else None
-    no_rename = options.get("rename") is False
-    mount = BucketMount(backing, mnt, **options).mount()
-    config = matrix.config_file(local, mnt, state)
+    target.start()
+    config = matrix.config_file(local, target.root, state)
     try:
         # measure unkilled checkpoints (the first one also probes the mount): kill delays are
         # drawn from their duration
@@ -356,39 +460,46 @@ def _run_batch(
             if db_write:
                 db_write(live.round)
             t0 = time.monotonic()
-            proc = _start_checkpoint(config)
+            proc = _start_checkpoint(config, matrix.env)
             if proc.wait(timeout=120) != 0:
                 matrix.fail(name, "an unkilled checkpoint failed")
             durations.append(time.monotonic() - t0)
         typical = sorted(durations[1:])[1]
         kills = n = 0
-        while kills < points and n < 3 * points:
+        while kills < points and n < TRIES * points:
             n += 1
             where = f"{name}#{n}"
             live.mutate()
             if db_write:
                 db_write(live.round)
-            proc = _start_checkpoint(config)
-            time.sleep(rng.uniform(0.1, typical))
+            proc = _start_checkpoint(config, matrix.env)
+            if target.kind == "bucket":
+                time.sleep(rng.uniform(min(0.1, typical / 2), typical))
+            else:  # stratified: the k-th of `points` slices of a pass (module docstring)
+                time.sleep(typical * ((kills % points) + rng.random()) / points)
             running = proc.poll() is None
+            if not running:  # the pass was quicker than measured (the load moves): the next
+                typical *= 0.8  # delays come from a shorter pass, so kills land inside again
             kills += running
             matrix.kill_points += running
             matrix.completed_before_kill += not running
             if kill_daemon:
-                mount.kill()
+                target.kill()
                 proc.wait(timeout=60)
-                mount.unmount()
-                matrix.check_durable(backing, live, where, no_rename)
-                mount = BucketMount(backing, mnt, **options).mount()
+                target.stop()
+                lagging = target.kind == "rclone-s3"  # write-back: what landed, in any order
+                store = target.store(landed=True)
+                matrix.check_durable(store, live, where, target.no_rename, lagging=lagging)
+                target.start()
             else:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=60)
-                matrix.check_durable(backing, live, where, no_rename)
+                matrix.check_durable(target.store(), live, where, target.no_rename)
             if n % 3 == 0 or kills == points:  # follow-up and restore (costly): every third
-                matrix.follow_up(mount, live, state, where, n)
-                matrix.check_durable(backing, live, where + "+", no_rename)
+                matrix.follow_up(target.root, live, state, where, n)
+                matrix.check_durable(target.store(), live, where + "+", target.no_rename)
     finally:
-        mount.unmount()
+        target.stop()
 
 
 _ROW = re.compile(r"^\| (?!\*\*)(\S+) \| (\d+) \| (\d+) \|$", re.M)
@@ -404,8 +515,8 @@ def _record(result: dict[str, Any]) -> None:
     nxt = rest.find("\n## ")
     old, tail = (rest[:nxt], rest[nxt:]) if nxt >= 0 else (rest, "")
     rows = {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _ROW.finditer(old)}
-    rows = {n: rows.get(n, (0, 0)) for n, *_ in BATCHES}
-    rows[result["batch"]] = (result["kill_points"], result["failures"])
+    rows = {f"{k}/{b[0]}": rows.get(f"{k}/{b[0]}", (0, 0)) for k, b in CASES}
+    rows[f"{result['kind']}/{result['batch']}"] = (result["kill_points"], result["failures"])
     table = "\n".join(f"| {n} | {k} | {f} |" for n, (k, f) in rows.items())
     total_k, total_f = sum(k for k, _ in rows.values()), sum(f for _, f in rows.values())
     section = (
@@ -413,7 +524,7 @@ def _record(result: dict[str, Any]) -> None:
         f"tests/test_crash_matrix.py` (each batch is a test; the last run of "
         f"{result['batch']}: {time.strftime('%Y-%m-%d')}, {result['seconds']} s, seed "
         f"{result['seed']}, a WAL database in the tree)\n\n"
-        f"| batch | kill points | failures |\n|---|---|---|\n{table}\n"
+        f"| kind/batch | kill points | failures |\n|---|---|---|\n{table}\n"
         f"| **total** | **{total_k}** | **{total_f}** |\n"
     )
     path.write_text((head if marker in text else text.rstrip("\n") + "\n") + section + tail)

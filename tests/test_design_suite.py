@@ -13,6 +13,11 @@ non-default place named by its variable, no config file.
 Failures are made by real processes: a writer holding a Codex rollout open and
 appending, ``kill -9`` of it, a SQLite writer in WAL mode in another process, a
 corrupt live database, a second process holding the lock.
+
+Every test runs on each store kind: a directory, the bucket emulator,
+``[rclone-s3]`` (real rclone write-back over S3) and ``[s3]``
+(``DATA_DIR=s3://BUCKET/data``; there the durable trees are at their default
+places in the bucket, since a ``*_DURABLE`` variable names a directory).
 """
 
 from __future__ import annotations
@@ -32,7 +37,10 @@ import pytest
 from tests import test_sqlite
 from tests.conftest import CliRunner, Tree
 from tests.helpers import Child, files, query_snapshot, start_appender
+from tests.s3path import S3Path
 from tests.test_sqlite import Writer, make_db
+
+pytestmark = [pytest.mark.s3, pytest.mark.rclone_s3]  # and [s3], [rclone-s3]
 
 MODES = {
     "restore": ("restore",),
@@ -53,7 +61,7 @@ class Deployment:
     cli: CliRunner
     env: dict[str, str]
     live: dict[str, Path]
-    durable: dict[str, Path]
+    durable: dict[str, Path | S3Path]
 
     def mode(self, name: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
         return self.cli(*MODES[name], env=self.env, check=check)
@@ -76,20 +84,28 @@ def dep(tree: Tree, cli: CliRunner) -> Deployment:
         "opencode": live_root / "opencode",
         "hermes": live_root / "hermes",
     }
-    durable = {name: durable_root / name for name in live}
+    durable: dict[str, Path | S3Path] = {name: durable_root / name for name in live}
+    places = {
+        "CODEX_DURABLE": "codex",
+        "CLAUDE_DURABLE": "claude",
+        "GEMINI_DURABLE": "gemini",
+        "OPENCLAW_DURABLE": "openclaw",
+        "OPENCODE_DURABLE": "opencode",
+        "HERMES_DURABLE": "hermes",
+    }
+    moved = {var: str(durable[name]) for var, name in places.items()}
+    if tree.s3 is not None:  # the default places in the bucket (adapters/*.toml)
+        default = {"openclaw": "openclaw-backup"}
+        durable = {name: tree.durable / "state" / default.get(name, name) for name in live}
+        moved = {}
     env = tree.env(
         CODEX_HOME=str(live["codex"]),
-        CODEX_DURABLE=str(durable["codex"]),
         CLAUDE_CONFIG_DIR=str(live["claude"]),
-        CLAUDE_DURABLE=str(durable["claude"]),
         GEMINI_CLI_HOME=str(live_root / "gemini-home"),  # GEMINI_LIVE: its default
-        GEMINI_DURABLE=str(durable["gemini"]),
         OPENCLAW_STATE_DIR=str(live["openclaw"]),
-        OPENCLAW_DURABLE=str(durable["openclaw"]),
         OPENCODE_LIVE=str(live["opencode"]),
-        OPENCODE_DURABLE=str(durable["opencode"]),
         HERMES_LIVE=str(live["hermes"]),
-        HERMES_DURABLE=str(durable["hermes"]),
+        **moved,
     )
     assert "SYNCENGINE_CONFIG" not in env
     return Deployment(tree, cli, env, live, durable)
@@ -152,7 +168,8 @@ def test_restore_fills_each_harness_tree_into_a_fresh_local_tree(dep: Deployment
             assert p.read_text() == text and p.stat().st_mode & 0o777 == mode, p
             assert p.stat().st_mtime_ns == OLD, p
     assert not (dep.tree.local / "codex-home").exists(), "nothing at the default places"
-    assert not (dep.tree.data / "state").exists()
+    if dep.tree.s3 is None:
+        assert not (dep.tree.data / "state").exists()
 
 
 def test_a_hot_restart_keeps_newer_local_state(dep: Deployment) -> None:
@@ -179,7 +196,10 @@ def test_the_first_checkpoint_captures_pre_existing_newer_local_state(dep: Deplo
             p = dep.durable[name] / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text("old " + text)
-            os.utime(p, ns=(OLD, OLD))
+            if isinstance(p, S3Path):
+                p.utime(OLD)
+            else:
+                os.utime(p, ns=(OLD, OLD))
     _write_state(dep, mtime_ns=OLD + 60 * 10**9)
     dep.mode("checkpoint")
     dep.wipe_local()
@@ -237,8 +257,6 @@ def test_a_killed_writer_is_reconstructed_by_a_fresh_local_restore(dep: Deployme
         writer.stdout.close()
     left = rollout.read_bytes()
     # the container dies too: a fresh restore has the last checkpoint, complete lines
-    saved = dep.tree.base / "saved"
-    shutil.copytree(dep.tree.data, saved, symlinks=True)
     dep.wipe_local()
     dep.mode("restore")
     first = (dep.live["codex"] / ROLLOUT).read_bytes()
@@ -271,7 +289,7 @@ def test_sqlite_snapshots_are_online_backups_with_the_wal_content(
         assert query_snapshot(snap, dep.tree.base, "select count(*) from t") == [
             (25 if name == "opencode" else 7,)
         ], name
-    published = [p for p in dep.tree.backing.rglob("*") if p.name.endswith(("-wal", "-shm"))]
+    published = [p for p in dep.tree.raw.rglob("*") if p.name.endswith(("-wal", "-shm"))]
     assert published == [], "no WAL or SHM is ever published"
     # an idle database (its writer alive, nothing committed) writes nothing durable
     with dep.tree.no_durable_ops():
@@ -372,7 +390,8 @@ def test_a_bad_mode_exits_2(dep: Deployment) -> None:
 
 def _old_script_copy(src: Path, dst: Path) -> None:
     """What the old script's rsync -a --update did in both directions: copy every file
-    that is missing at `dst` or older there, mtimes kept (`.syncengine/` included)."""
+    that is missing at `dst` or older there, mode and mtimes kept (`.syncengine/`
+    included; no extended attributes, which rsync -a leaves too and rclone refuses)."""
     for path in sorted(src.rglob("*")):
         if not path.is_file() or path.is_symlink():
             continue
@@ -380,9 +399,13 @@ def _old_script_copy(src: Path, dst: Path) -> None:
         if target.exists() and target.stat().st_mtime_ns >= path.stat().st_mtime_ns:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
+        shutil.copyfile(path, target)
+        st = path.stat()
+        os.chmod(target, st.st_mode & 0o7777)
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
+@pytest.mark.posix_only("the old script copies directory trees with rsync; a bucket has none")
 def test_a_rollback_to_the_old_script_and_back_loses_nothing(dep: Deployment) -> None:
     _write_state(dep)
     rollout = dep.live["codex"] / ROLLOUT

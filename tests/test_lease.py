@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from syncengine import Engine
+from syncengine.config import load_config
 from syncengine.durable import lease, leasing, manifest
 from syncengine.durable.lease import Found, Holder, LeaseRecord
 from tests.conftest import Tree
@@ -543,3 +545,160 @@ def test_a_generation_released_by_another_copy_of_our_state_dir_is_foreign(
     )
     taken = leasing.decide(found, "me", 100.0, takeover=False, unreadable_until=0, last=4)
     assert isinstance(taken, leasing.Take) and taken.foreign
+
+
+NAMED = "a manifest names generation 3 (its lease objects were lost: a write-back mount?)"
+NONE = Found(None, 0, ())
+OVER_NONE = f"take generation 4: no lease object, but {NAMED}"
+OVER_TWO = f"take generation 4: generation 2's lease, but {NAMED}"
+HELD = "wait: held by generation 3, named by a manifest until 130"
+
+
+@pytest.mark.dir_only(reason="pure decisions: no durable side")
+@pytest.mark.parametrize(
+    ("found", "floor", "last", "takeover", "now", "want", "foreign"),
+    [
+        # the issue-29 stack: no lease object left, this state dir held generation 4 last
+        (NONE, 3, 4, False, 100.0, OVER_NONE, False),
+        (NONE, 3, 3, False, 100.0, OVER_NONE, False),  # it held the floor's generation
+        # another state dir's generation 3 may be alive (its lease object lost, a cached
+        # listing): held like an unreadable object until lease_seconds after first seen
+        (NONE, 3, 1, False, 100.0, HELD, None),
+        (NONE, 3, 1, False, 130.0, OVER_NONE, True),
+        (NONE, 3, 1, True, 100.0, OVER_NONE, True),
+        # an older lease object, ours or another's, live or unreadable, is superseded
+        (_found("me", expires=500, gen=2), 3, 3, False, 100.0, OVER_TWO, False),
+        (_found("other", expires=500, gen=2), 3, 2, False, 100.0, HELD, None),
+        (Found(None, 2, ("k",), unreadable="k"), 3, 3, False, 100.0, OVER_TWO, False),
+        # a floor at or below the lease changes nothing
+        (
+            _found("me", expires=50, released=True, gen=3),
+            3,
+            3,
+            False,
+            100.0,
+            "take generation 4: released by h pid 1 (id me)",
+            False,
+        ),
+        (
+            _found("other", expires=500, gen=5),
+            3,
+            5,
+            False,
+            100.0,
+            "wait: held by h pid 1 (id other) until 500",
+            None,
+        ),
+        (_found("me", expires=500, gen=5), 5, 5, False, 100.0, "keep generation 5 (ours)", None),
+    ],
+)
+def test_a_generation_is_never_taken_at_or_below_one_a_manifest_names(
+    found: Found,
+    floor: int,
+    last: int,
+    takeover: bool,
+    now: float,
+    want: str,
+    foreign: bool | None,
+    durable_kind: str,
+) -> None:
+    got = leasing.decide(
+        found, "me", now, takeover=takeover, unreadable_until=130.0, last=last, floor=floor
+    )
+    assert str(got) == want
+    if foreign is not None:
+        assert isinstance(got, leasing.Take) and got.foreign is foreign
+
+
+# -- the lease limits of issue 29 ------------------------------------------------
+
+
+def _engine(tree: Tree, conf: Path) -> Engine:
+    return Engine(load_config(conf, env=tree.env()))
+
+
+@pytest.mark.parametrize("then", ["checkpoint", "close"])
+def test_a_checkpoint_beside_the_daemon_that_finds_the_lease_object_lost_keeps_it_for_it(
+    tree: Tree, then: str
+) -> None:
+    """The durable side loses the daemon's lease object (a write-back mount restarted);
+    a ``syncengine checkpoint`` typed beside the daemon (same state dir) is the first to
+    see it: it takes the next generation for the daemon (`lease.vanished`) and leaves
+    it held at its end, and the daemon goes on under it instead of being fenced by its
+    own state dir; its close releases it, also without a pass since (else the next
+    instance would wait for it to expire)."""
+    conf = _config(tree, "a")
+    daemon = _engine(tree, conf)
+    daemon.lease.acquire()
+    (_live(tree, "a") / "d1.txt").write_text("the daemon's\n")
+    assert daemon.checkpoint().ok
+    store = tree.store("")
+    lease.remove(store, [key for _g, _r, key in lease.names(store)])  # lost with the uploads
+    (_live(tree, "a") / "c.txt").write_text("the command's\n")
+    out = _se(tree, conf, "-v", "checkpoint")
+    assert out.returncode == 0 and "lease.vanished" in out.stderr, out.stderr
+    found = lease.read(store)
+    assert found.generation == 2 and found.record is not None and not found.record.released
+    assert found.record.holder.pid == os.getpid()  # taken for the daemon, in its name
+    written = {"d1.txt", "c.txt"}
+    if then == "checkpoint":
+        (_live(tree, "a") / "d2.txt").write_text("the daemon's again\n")
+        assert daemon.checkpoint().ok  # not LeaseLost
+        written.add("d2.txt")
+    daemon.close()
+    found = lease.read(store)
+    assert found.generation == 2 and found.record is not None and found.record.released
+    assert set(_restored(tree)) == written
+
+
+def test_a_fenced_engine_writes_no_released_renewal_at_its_end(
+    tree: Tree, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An engine whose lease another instance took over while it was not looking (no
+    pass checked since) does not write a released renewal of its old generation when it
+    closes: beside the newer generation it would be junk (and on S3 its create could
+    fail, logged as ``lease.release-failed`` at interpreter exit)."""
+    a = _engine(tree, _config(tree, "a"))
+    (_live(tree, "a") / "a.txt").write_text("a\n")
+    assert a.checkpoint().ok  # takes generation 1 and keeps it until close
+    took = _se(tree, _config(tree, "b"), "restore", "--takeover")
+    assert took.returncode == 0, took.stderr
+    caplog.set_level("INFO", logger="syncengine")
+    a.close()
+    assert {g for g, _r, _k in lease.names(tree.store(""))} == {2}
+    assert "lease.not-released generation=1" in caplog.text
+    assert "lease.release-failed" not in caplog.text
+
+
+@pytest.mark.parametrize("held_by", ["unreadable object", "manifest generation"])
+def test_an_unknown_holder_holds_the_lease_for_lease_seconds_at_most(
+    tree: Tree, held_by: str
+) -> None:
+    """A limit, stated in the README: a newest lease object that cannot be read (a holder
+    killed while creating it on a mount without rename), or a generation a manifest names
+    above every lease object left (its objects lost; written by another state dir), may
+    be a live holder's, so every other instance waits, but `lease_seconds` at most from
+    its first sight (1 s here), then takes the generation above it; ``--takeover`` waits
+    not at all."""
+    store = tree.store("")
+    if held_by == "unreadable object":
+        store.put_bytes(lease.name_of(5, 0), b'{"generation": 5, "exp', if_absent=True)
+        want = 6
+    else:
+        conf_b = _config(tree, "b")
+        (_live(tree, "b") / "b.txt").write_text("b\n")  # generation 1 writes a manifest
+        assert _se(tree, conf_b, "checkpoint").returncode == 0
+        lease.remove(store, [key for _g, _r, key in lease.names(store)])
+        want = 2
+    conf = _config(tree, "a", lease_seconds=1, lease_wait=30)
+    (_live(tree, "a") / "a.txt").write_text("a\n")
+    t0 = time.monotonic()
+    out = _se(tree, conf, "-v", "checkpoint")
+    waited = time.monotonic() - t0
+    assert out.returncode == 0, out.stderr
+    assert "lease.waiting" in out.stderr, out.stderr
+    assert 1.0 <= waited < 8.0, waited
+    assert lease.read(store).generation == want
+    store.put_bytes(lease.name_of(want + 5, 0), b"{", if_absent=True)
+    took = _se(tree, conf, "-v", "restore", "--takeover")
+    assert took.returncode == 0 and "lease.waiting" not in took.stderr, took.stderr

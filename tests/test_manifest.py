@@ -169,3 +169,34 @@ def test_torn_newest_object_without_rename_is_a_checkpoint_that_never_completed(
     cli("checkpoint", "codex", env=env, check=0)  # delta 4 (this index wrote base 3)
     later = manifest.load(Store(mount.mountpoint / "state/codex"))
     assert any(_named(p, 2, "delta") for p in later.problems), later
+
+
+def test_a_fork_fails_restore_and_verify_until_a_checkpoint_writes_a_base_above_it(
+    tree: Tree, cli: CliRunner
+) -> None:
+    """Objects of older lease generations above the newest generation's last object (the
+    issue-29 bucket: lease objects lost on a write-back mount, a generation taken too
+    low) are a fork: the chain read is not the newest checkpoint, so restore exits 1
+    instead of 0 with an older state, verify fails, and both name the repair.  A
+    ``checkpoint --check-durable`` from the instance holding the newest local state
+    writes a full base above the fork under a new generation; then a restore into an
+    empty root is complete and has every file."""
+    _checkpoints(tree, cli, "a", "b", "c", "d", "e")  # generations 1 to 5, one each
+    for seq, gen in ((4, 1), (5, 2)):  # written as if the lease had restarted at 1
+        path = _object(tree.raw, seq, "delta")
+        path.rename(path.with_name(f"{seq:012d}.g{gen:012d}.delta.jsonl"))
+    fresh = tree.env(AM_LOCAL=str(tree.base / "fresh"))
+    out = cli("restore", env=fresh, check=1)
+    assert "is not the newest checkpoint" in out.stderr, out.stderr
+    assert "syncengine checkpoint --check-durable" in out.stderr
+    out = cli("verify", "codex", check=1)
+    assert "is not the newest checkpoint" in out.stdout, out.stdout
+    cli("checkpoint", "codex", "--check-durable", check=0)
+    assert sorted(p.name for p in (tree.raw / MDIR).iterdir())[-1].startswith(
+        "000000000006.g000000000006.base"
+    )
+    again = tree.env(AM_LOCAL=str(tree.base / "again"))
+    cli("restore", env=again, check=0)
+    restored = tree.base / "again" / "codex-home"
+    assert sorted(p.name for p in restored.glob("*.json")) == [f"{n}.json" for n in "abcde"]
+    cli("verify", "codex", check=0)

@@ -231,13 +231,14 @@ def _write_manifest(
     """Flush, confirm, and write the pass's manifest object (if it needs one): its name,
     what it lists, and whether a write-back mount confirmed the uploads."""
     entries = record.manifest_entries(state.index, done, final) if p.fatal is None else []
-    if p.fatal is not None or not (done or entries):
+    rebase = behind.rebase_due(state.index.meta)  # a full base even of nothing (a fork)
+    if p.fatal is not None or not (done or entries or rebase):
         return None, [], True
     confirmed = True
     try:
         state.store.barrier()  # what the index records next must survive a power loss
         confirmed = state.store.confirm()  # a write-back mount: in the bucket now?
-        if not entries:
+        if not (entries or rebase):
             return None, [], confirmed
         name, recorded = record.write_manifest(state, entries, started_ns)
         if final and confirmed:  # the container stops next: its manifest too

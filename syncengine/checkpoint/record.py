@@ -22,6 +22,7 @@ from syncengine.copier import Copied, Published, link_hash
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
 from syncengine.local import chainstate
+from syncengine.local.behind import REBASE, rebase_due
 from syncengine.local.index import DIRTY, Index
 from syncengine.model import AdapterState
 
@@ -161,6 +162,7 @@ def manifest_entries(index: Index, done: Sequence[Done], final: bool) -> list[En
     """
     behind = chainstate.unrecorded(index)
     needed = any(not _appended(d) for d in done) or (final and (bool(done) or bool(behind)))
+    needed = needed or rebase_due(index.meta)  # after a fork: a base, even of an idle pass
     if not needed:
         return []
     entries = {d.path: entry_of(d) for d in done}
@@ -188,6 +190,7 @@ def write_base(state: AdapterState, entries: Iterable[Entry], now_ns: int) -> st
         state.store, state.name, seq, "base", entries, created_ns=now_ns, fence=state.fence
     )
     meta.update(manifest_seq=seq, base_seq=seq, deltas=0, written_seq=seq)
+    meta.pop(REBASE, None)
     state.index.changed = True
     return name
 

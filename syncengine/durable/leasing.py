@@ -17,6 +17,20 @@ The rules:
   a mount without rename) counts as held until `lease_seconds` after it was
   listed first: its holder may be alive.
 - A generation newer than ours on the durable side: we lost it.
+- Never a generation at or below one that any lease or manifest object names
+  (the *floor*: the newest generation the manifests of the root's adapters
+  name, `manifestlist.Listing.generation`, listed before the lease is read).
+  A write-back mount that lost the newest lease objects with their uploads,
+  while its deletes of the older ones landed, shows no lease, or an older one,
+  below a generation that already wrote manifest objects: that lease is
+  superseded, and the next generation is taken above the floor, so readers
+  never fence what it writes.  At once when this state directory held a
+  generation at or above the floor last (`last`: nobody else can still hold
+  the floor's); otherwise the floor's holder may be alive (its lease object
+  lost, or a listing cached by the mount), so it counts as held like an
+  unreadable object, until `lease_seconds` after it was first seen.  A holder
+  whose own object vanished decides again with its own generation in the floor
+  (`LeaseHolder.check`).
 
 Whether the previous generation was someone else's (`Take.foreign`) decides
 whether this writer's local index can be trusted: a new holder after a
@@ -86,15 +100,24 @@ def decide(
     takeover: bool,
     unreadable_until: float,
     last: int = 0,
+    floor: int = 0,
 ) -> Decision:
     """What to do about the lease `found` for the state directory whose id is `me`.
 
-    `unreadable_until`: when an unreadable newest object stops counting as
-    held (the caller's first sight of it plus `lease_seconds`).  `last`: the
+    `unreadable_until`: when an unreadable newest object, or a floor above the
+    lease, stops counting as held (the caller's first sight of it plus
+    `lease_seconds`).  `last`: the
     generation this state directory held last; a newer one released under our
     id was taken by another copy of this state directory (a snapshot put back),
-    so our indexes are as stale as after a foreign holder.
+    so our indexes are as stale as after a foreign holder.  `floor`: the newest
+    generation named outside the lease objects (the manifests); a lease below it
+    is superseded (see the module docstring).
     """
+    if floor > found.generation:
+        why = superseded(found, floor)
+        if last >= floor or takeover or now >= unreadable_until:
+            return Take(floor + 1, foreign=last < floor, why=why)
+        return Wait(unreadable_until, f"generation {floor}, named by a manifest")
     nxt = found.generation + 1
     record = found.record
     if record is None and found.unreadable is None:
@@ -116,6 +139,15 @@ def decide(
     if takeover:
         return Take(nxt, foreign=True, why=f"takeover from {record.holder}")
     return Wait(record.expires, str(record.holder))
+
+
+def superseded(found: Found, floor: int) -> str:
+    """Why a take goes above the floor: what the lease objects showed instead."""
+    shown = f"generation {found.generation}'s lease" if found.generation else "no lease object"
+    return (
+        f"{shown}, but a manifest names generation {floor} (its lease objects were lost: "
+        "a write-back mount?)"
+    )
 
 
 def lost_message(root: str, newer: lease.LeaseRecord, ours: int) -> str:
@@ -161,4 +193,5 @@ __all__ = [
     "lost",
     "lost_message",
     "renewal_due",
+    "superseded",
 ]

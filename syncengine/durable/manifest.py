@@ -10,7 +10,9 @@ readable base and applies the deltas after it in order.  Nothing is ever
 rewritten in place; superseded objects are left for ``gc``.  Written under
 the durable root's lease, a name also carries the writer's generation
 (``<seq>.g<generation>.<kind>.jsonl``): objects of a writer that had lost the
-lease are *fenced* by their names alone (`listing`) and never read.
+lease are *fenced* by their names alone, and a fenced object above the
+chain read makes it not the newest checkpoint, a problem
+(`syncengine.durable.manifestlist`: the one rule every reader shares).
 
 Each object opens with a header line and ends with an ``{"end": N}`` trailer.
 Entry kinds other than ``file``, ``symlink`` and ``dir`` (SQLite snapshots,
@@ -51,19 +53,18 @@ path; the other entries stay usable.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import attrs
 
 from syncengine.durable.entry import INVALID, Entry, format_hash, parse_hash, row_entry
+from syncengine.durable.manifestlist import Listing, list_objects, listing, object_name
 from syncengine.durable.store import MANIFEST_DIR, Store
 from syncengine.errors import SyncEngineError
 
 FORMAT = 1
 COMPACT_AFTER = 64
-_NAME = re.compile(r"^(\d{12})(?:\.g(\d{12}))?\.(base|delta)\.jsonl$")
 _HEADER_START = b'{"syncengine_manifest": '
 
 
@@ -80,6 +81,8 @@ class ManifestState:
     invalid: Mapping[str, Entry] = attrs.field(factory=dict)  # INVALID placeholders by path
     readable: bool = False  # at least one object was read
     fenced: tuple[str, ...] = ()  # objects of a writer that had lost the lease: not read
+    top_seq: int = 0  # the highest seq listed, fenced or not: a writer continues above it
+    forked: bool = False  # fenced objects above the chain read: not the newest checkpoint
 
     @property
     def fenced_warnings(self) -> tuple[str, ...]:
@@ -100,46 +103,6 @@ class Fence(Protocol):
     def generation(self) -> int: ...
 
     def check(self) -> None: ...
-
-
-def object_name(seq: int, kind: str, generation: int = 0) -> str:
-    """``<seq>.<kind>.jsonl``; written under a lease, ``<seq>.g<generation>.<kind>.jsonl``."""
-    gen = f".g{generation:012d}" if generation else ""
-    return f"{MANIFEST_DIR}/{seq:012d}{gen}.{kind}.jsonl"
-
-
-@attrs.frozen
-class Listing:
-    """The manifest directory: the objects of the current chain, and the fenced ones."""
-
-    objects: list[tuple[int, str, str]]  # (seq, kind, name), oldest first
-    fenced: list[tuple[int, str, str]]
-
-
-def listing(store: Store) -> Listing:
-    """One listing, split by lease generation.  In (seq, newest generation first) order,
-    an object of an older generation than one already seen was written by a writer that
-    had lost the lease: *fenced*, never read; gc deletes it.  Objects without one in
-    their names (written before leases) are generation 0."""
-    parsed = []
-    for name in store.names(MANIFEST_DIR):
-        m = _NAME.match(name)
-        if m:
-            parsed.append((int(m.group(1)), -int(m.group(2) or 0), m.group(3), name))
-    parsed.sort()
-    objects, fenced, newest = [], [], 0
-    for seq, neg_gen, kind, name in parsed:
-        if -neg_gen < newest:
-            fenced.append((seq, kind, name))
-            continue
-        newest = -neg_gen
-        objects.append((seq, kind, name))
-    return Listing(objects, fenced)
-
-
-def list_objects(store: Store) -> list[tuple[int, str, str]]:
-    """(seq, kind, name) of the current chain's objects (not fenced), oldest first."""
-    return listing(store).objects
 
 
 def encode(
@@ -274,7 +237,15 @@ def load(store: Store) -> ManifestState:
             return ManifestState(
                 entries={}, last_seq=0, base_seq=0, deltas_since_base=0, fenced=fenced
             )
-        return attrs.evolve(_Loader(store, listed.objects).run(), fenced=fenced)
+        state = _Loader(store, listed.objects).run()
+        fork = listed.fork_problem(store.where(MANIFEST_DIR))
+        return attrs.evolve(
+            state,
+            fenced=fenced,
+            top_seq=listed.top_seq,
+            forked=fork is not None,
+            problems=state.problems + ((fork,) if fork else ()),
+        )
 
 
 class _Loader:

@@ -19,6 +19,10 @@ Owns two cheap comparisons that the start-up check (seed.py) and verify share:
   object seen on a *later* instance was read back from the bucket (or from a
   cache the mount will upload at start): it is settled.  On the instance that
   wrote it, the mount shows its cache, so it stays listed.
+
+And one mark: `rebase`, set wherever an index learns that the manifest forked
+(the start-up check, a rebuild from the manifest, a restore), so that the next
+pass writes a full base above the fork.
 """
 
 from __future__ import annotations
@@ -29,11 +33,26 @@ from typing import Any
 import attrs
 
 from syncengine.durable.chain import chain_dir, parse
-from syncengine.durable.manifest import Entry
+from syncengine.durable.manifest import COMPACT_AFTER, Entry
 from syncengine.durable.store import Store
 from syncengine.local.index import Index
 
 UNCONFIRMED = "unconfirmed"  # index meta: path -> the newest unconfirmed object(s)
+REBASE = "rebase"  # index meta: write a full base next pass, even one that changed nothing
+
+
+def rebase(meta: MutableMapping[str, Any], top_seq: int) -> None:
+    """After a fork (`manifestlist.Listing.forked`): the next manifest object is a full
+    base of this index, numbered above every listed object (`top_seq`), written by the
+    next pass even if nothing changed; under a new lease generation, it is the newest
+    checkpoint again (`syncengine.checkpoint.record.write_base` clears the mark)."""
+    meta["manifest_seq"] = max(int(meta.get("manifest_seq", 0)), top_seq)
+    meta["deltas"] = COMPACT_AFTER
+    meta[REBASE] = True
+
+
+def rebase_due(meta: Mapping[str, Any]) -> bool:
+    return meta.get(REBASE) is True
 
 
 def sequence_problems(objects: list[tuple[int, str, str]], seq: int) -> list[str]:
@@ -181,4 +200,15 @@ def forget(meta: MutableMapping[str, Any], paths: Iterable[str]) -> None:
         meta.pop(UNCONFIRMED, None)
 
 
-__all__ = ["UNCONFIRMED", "Audit", "after_pass", "audit", "forget", "pending", "sequence_problems"]
+__all__ = [
+    "REBASE",
+    "UNCONFIRMED",
+    "Audit",
+    "after_pass",
+    "audit",
+    "forget",
+    "pending",
+    "rebase",
+    "rebase_due",
+    "sequence_problems",
+]

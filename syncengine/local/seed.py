@@ -12,7 +12,9 @@ a pass's own writes:
   write-back mount did not confirm); when the durable side is behind, this
   says so, rebuilds the index from the durable manifest, forgets the objects
   that are missing, and makes the next manifest object a full base: the pass
-  then publishes again what differs.
+  then publishes again what differs.  The same listing shows a fork (an older
+  generation wrote after the newest one, `manifestlist`): the next pass writes
+  a full base of this index above it (`behind.rebase`), even an idle one.
 - `from_manifest`, when the local index is missing, or was dropped because
   the manifest is ahead of it.  Every entry is recorded dirty, so the next
   pass hashes the local file and uploads it only when its content differs:
@@ -39,6 +41,7 @@ from typing import Any
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
 from syncengine.durable.manifest import load as load_manifest
+from syncengine.durable.store import MANIFEST_DIR
 from syncengine.errors import local_error
 from syncengine.fs import savefile
 from syncengine.local import behind, chainstate
@@ -124,15 +127,19 @@ def remember(state_dir: Path, adapter: str, instance: str, now_ns: int) -> None:
         raise local_error("remember the start-up check", path, exc) from exc
 
 
-def check(state: AdapterState, instance: str) -> list[str]:
+def check(state: AdapterState, instance: str, *, rebase: bool = False) -> list[str]:
     """Compare the durable side with what the index says was published (see the module
-    docstring); repair and save the index when it is behind.  Returns what was missing."""
+    docstring); repair and save the index when it is behind.  Returns what was missing.
+    A fork is repaired from here (`behind.rebase`) when this index recorded the newest
+    object listed (it wrote them: this instance holds the newest local state), or when
+    asked (`rebase`: ``checkpoint --check-durable``, the operator's choice)."""
     index = state.index
     seq = int(index.meta.get("manifest_seq", 0))
     if not seq and not behind.pending(index.meta):
         return []
     t0 = time.monotonic()
-    problems = behind.sequence_problems(manifest.list_objects(state.store), seq)
+    listed = manifest.listing(state.store)  # fenced objects are there: only not read
+    problems = behind.sequence_problems(sorted(listed.objects + listed.fenced), seq)
     found = behind.audit(state.store, index, instance)
     log.info(
         "durable.checked adapter=%s seq=%d unconfirmed=%d missing=%d seconds=%.3f",
@@ -174,9 +181,28 @@ def check(state: AdapterState, instance: str) -> list[str]:
             else f"Forgetting {len(found.missing)} path(s) in the index",
             extra={"event": "durable.behind"},
         )
+    fork = listed.fork_problem(state.store.where(MANIFEST_DIR))
+    if fork is not None:
+        _forked(state, fork, listed.top_seq, rebase=rebase or seq >= listed.top_seq)
     if state.index.changed:
         state.index.save(state.index_path)
-    return said
+    return said + ([fork] if fork else [])
+
+
+def _forked(state: AdapterState, fork: str, top_seq: int, *, rebase: bool) -> None:
+    if rebase:
+        behind.rebase(state.index.meta, top_seq)
+        state.index.changed = True
+    log.warning(
+        "durable.forked adapter=%s: %s. %s",
+        state.name,
+        fork,
+        "This instance writes that base at its next checkpoint"
+        if rebase
+        else "This index is older than those objects: nothing is repaired from here "
+        "unless asked (`--check-durable`)",
+        extra={"event": "durable.forked"},
+    )
 
 
 def _snapshot_extra(entry: Entry, patterns: Sequence[str]) -> dict[str, Any]:
