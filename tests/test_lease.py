@@ -23,6 +23,7 @@ from syncengine import Engine
 from syncengine.config import load_config
 from syncengine.durable import lease, leasing, manifest
 from syncengine.durable.lease import Found, Holder, LeaseRecord
+from syncengine.durable.store import Store
 from tests.conftest import Tree
 from tests.helpers import files
 
@@ -547,11 +548,14 @@ def test_a_generation_released_by_another_copy_of_our_state_dir_is_foreign(
     assert isinstance(taken, leasing.Take) and taken.foreign
 
 
-NAMED = "a manifest names generation 3 (its lease objects were lost: a write-back mount?)"
+NAMED = (
+    "generation 3 is named by a manifest or was listed before (its lease objects were lost: "
+    "a write-back mount?)"
+)
 NONE = Found(None, 0, ())
 OVER_NONE = f"take generation 4: no lease object, but {NAMED}"
 OVER_TWO = f"take generation 4: generation 2's lease, but {NAMED}"
-HELD = "wait: held by generation 3, named by a manifest until 130"
+HELD = "wait: held by generation 3, named by a manifest or listed until 130"
 
 
 @pytest.mark.dir_only(reason="pure decisions: no durable side")
@@ -702,3 +706,50 @@ def test_an_unknown_holder_holds_the_lease_for_lease_seconds_at_most(
     store.put_bytes(lease.name_of(want + 5, 0), b"{", if_absent=True)
     took = _se(tree, conf, "-v", "restore", "--takeover")
     assert took.returncode == 0 and "lease.waiting" not in took.stderr, took.stderr
+
+
+@pytest.mark.dir_only(reason="the holder's loop against a directory's lease objects")
+def test_a_listing_that_goes_back_waits_and_takes_above_what_it_saw(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease objects a holder listed vanish while it waits (a write-back mount lost
+    them, or the mount went away): the next listing shows no lease.  The holder must not
+    take a generation at or below one it listed (nor spin on the take it refuses, which
+    it did at 100% CPU forever); it waits like for an unknown holder, `lease_seconds` at
+    most, sleeping between looks, then takes the generation above the one it saw."""
+    from syncengine.local.leaseholder import LeaseHolder
+
+    store = tree.store("")
+    other = LeaseRecord(6, 0, Holder("other", "h", 1, 0), expires=time.time() + 3600)
+    assert lease.create(store, other)
+    now = [time.time()]
+    sleeps: list[float] = []
+    listings = [0]
+    names = lease.names
+
+    def counted(store_: Store) -> list[tuple[int, int, str]]:  # a spin never sleeps
+        listings[0] += 1
+        assert listings[0] < 1000, "the holder lists the lease without end"
+        return names(store_)
+
+    monkeypatch.setattr(lease, "names", counted)
+
+    def sleep(seconds: float) -> None:
+        if not sleeps:  # lost while it waits for the other holder
+            lease.remove(store, [other.name])
+        sleeps.append(seconds)
+        assert len(sleeps) < 200, "the holder spins"
+        now[0] += seconds
+
+    holder = LeaseHolder(
+        lambda: store,
+        tree.state,
+        str(tree.data),
+        lease_seconds=2.0,
+        lease_wait=60.0,
+        clock=lambda: now[0],
+        sleep=sleep,
+    )
+    holder.acquire()
+    assert holder.generation == 7
+    assert 2.0 <= sum(sleeps) < 10.0, sleeps  # waited for the vanished holder, then took

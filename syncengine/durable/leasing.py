@@ -110,14 +110,15 @@ def decide(
     generation this state directory held last; a newer one released under our
     id was taken by another copy of this state directory (a snapshot put back),
     so our indexes are as stale as after a foreign holder.  `floor`: the newest
-    generation named outside the lease objects (the manifests); a lease below it
-    is superseded (see the module docstring).
+    generation named outside the newest lease object (the manifests, or a lease
+    object this writer listed before); a lease below it is superseded (see the
+    module docstring).
     """
     if floor > found.generation:
         why = superseded(found, floor)
         if last >= floor or takeover or now >= unreadable_until:
             return Take(floor + 1, foreign=last < floor, why=why)
-        return Wait(unreadable_until, f"generation {floor}, named by a manifest")
+        return Wait(unreadable_until, f"generation {floor}, named by a manifest or listed")
     nxt = found.generation + 1
     record = found.record
     if record is None and found.unreadable is None:
@@ -145,8 +146,8 @@ def superseded(found: Found, floor: int) -> str:
     """Why a take goes above the floor: what the lease objects showed instead."""
     shown = f"generation {found.generation}'s lease" if found.generation else "no lease object"
     return (
-        f"{shown}, but a manifest names generation {floor} (its lease objects were lost: "
-        "a write-back mount?)"
+        f"{shown}, but generation {floor} is named by a manifest or was listed before (its "
+        "lease objects were lost: a write-back mount?)"
     )
 
 

@@ -68,7 +68,7 @@ class Taking:
         self._free: lease.Found | None = None  # what `wait_free` found: no holder
         self.epoch = 0  # generations taken after another holder's, by this object
         self._mutex = threading.RLock()  # parallel copies reach `commit` at once
-        self._taking, self._seen = False, 0  # _seen: below the newest generation ever listed
+        self._taking, self._listed = False, 0  # _listed: the newest generation ever listed
         self._at_exit = leaseprocess.AtExit()
         me = leasefile.holder_id(state_dir)
         self._me = Holder(me, socket.gethostname(), os.getpid(), time.time_ns())
@@ -128,11 +128,15 @@ class Taking:
         on (`commit` creates it).  `take=False`: only wait (`wait_free`)."""
         deadline = self.clock() + self.lease_wait
         said = False
-        floor = self.floor() if take else 0  # listed before the lease is read
+        named = self.floor() if take else 0  # listed before the lease is read
         while True:
             asked = self.clock()
             found = lease.read(self.store)
-            self._seen = max(self._seen, found.generation - 1)  # never take one listed
+            # A generation listed once is part of the floor: a listing that went back (lease
+            # objects lost, a mount gone) waits like a floor above the lease, never retakes
+            # a number nor spins on a take `_take` refuses.
+            self._listed = max(self._listed, found.generation)
+            floor = max(named, self._listed)
             now = self.clock()
             held = found.unreadable if floor <= found.generation else f"generation {floor}"
             decision = leasing.decide(
@@ -179,7 +183,7 @@ class Taking:
     def _take(self, decision: leasing.Take, found: lease.Found, *, taken: bool = True) -> bool:
         """Create the generation `decision` names; `taken`: this process releases it (else
         it is taken for the process that holds ours, and names that one)."""
-        if decision.generation <= self._seen:  # a listing older than one we saw: again
+        if decision.generation <= self._listed:  # decided on a listing older than one seen
             return False
         asked = self.clock()
         who = self._me if taken or self.current is None else self.current.holder
