@@ -62,11 +62,24 @@ DAMAGE: dict[str, Callable[[bytes], bytes]] = {
 }
 
 
-@pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_unreadable_base_makes_restore_incomplete_and_run_refuses(
+    tree: Tree, cli: CliRunner
+) -> None:
+    """Before: nothing restored, a warning, exit 0, and `run` started the agent.  A base
+    cut in half, on every store kind (the damage reaches the reader through each kind's
+    reading); the other kinds of damage are the next test's, on a directory."""
+    _unreadable_base(tree, cli, "truncated")
+
+
+@pytest.mark.dir_only("how a damaged object is read is the manifest's, whatever the store")
+@pytest.mark.parametrize("damage", sorted(set(DAMAGE) - {"truncated"}))
+def test_each_damage_of_a_base_makes_restore_incomplete_and_run_refuse(
     tree: Tree, cli: CliRunner, damage: str
 ) -> None:
-    """Before: nothing restored, a warning, exit 0, and `run` started the agent."""
+    _unreadable_base(tree, cli, damage)
+
+
+def _unreadable_base(tree: Tree, cli: CliRunner, damage: str) -> None:
     _checkpoints(tree, cli, "a", "b")  # base 1 (a), delta 2 (b)
     base = _object(tree.raw, 1, "base")
     base.write_bytes(DAMAGE[damage](base.read_bytes()))
