@@ -98,14 +98,22 @@ def _top_level_imports(module: str, path: Path) -> set[str]:
     return {target for target in targets if target in MODULES and target != module}
 
 
+def _with_packages(module: str, targets: set[str]) -> set[str]:
+    """`targets` and the packages importing them runs first (a.b.c runs a/__init__ and
+    a/b/__init__), except `module`'s own packages: those are already being imported."""
+    own = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)}
+    out = set(targets)
+    for target in targets:
+        parts = target.split(".")
+        out.update(".".join(parts[:i]) for i in range(2, len(parts)))
+    return out - own
+
+
 def _import_graph() -> dict[str, set[str]]:
-    graph = {module: _top_level_imports(module, path) for module, path in MODULES.items()}
-    # Importing a.b.c runs a/__init__ and a/b/__init__ first.
-    for targets in graph.values():
-        for target in list(targets):
-            parts = target.split(".")
-            targets.update(".".join(parts[:i]) for i in range(2, len(parts)))
-    return graph
+    return {
+        module: _with_packages(module, _top_level_imports(module, path))
+        for module, path in MODULES.items()
+    }
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:

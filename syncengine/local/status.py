@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from syncengine.config import AdapterSpec, Config
+from syncengine.config import s3location as s3_location
 from syncengine.durable.posix import probe
-from syncengine.durable.s3 import location as s3_location
 from syncengine.fs import savefile
 from syncengine.local.index import Index
 from syncengine.patterns import Matcher

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from syncengine.config import AdapterSpec
+from syncengine.config.s3location import in_bucket
 from syncengine.copier import stream, upload
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
-from syncengine.durable.s3.location import in_bucket
 from syncengine.durable.store import ObjectInfo, Store, with_metadata
 from syncengine.errors import DurableError, SourceError, durable_error
 from syncengine.fs import savefile

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 import attrs
 
 from syncengine.config import Config
+from syncengine.config import s3location as location
+from syncengine.config.s3location import S3Location
 from syncengine.durable.posix.store import PosixStore
-from syncengine.durable.s3 import location
-from syncengine.durable.s3.location import S3Location
 from syncengine.durable.store import Store
 from syncengine.errors import ConfigError
 

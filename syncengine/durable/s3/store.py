@@ -42,8 +42,8 @@ except ImportError as _exc:  # pragma: no cover - the extra is installed in the 
         "the S3 durable backend needs the s3 extra: pip install 'syncengine[s3]'"
     ) from _exc
 
+from syncengine.config.s3location import S3Location
 from syncengine.durable.s3 import failures, moves, multipart
-from syncengine.durable.s3.location import S3Location
 from syncengine.durable.store import META_DIR, AtomicPutStore, ObjectInfo, Opened, Store
 from syncengine.errors import CommitRefused, DurableError, NameTaken, SharedRoot
 
