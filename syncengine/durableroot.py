@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from syncengine.config import Config
-from syncengine.durable.posix import probe, writeback
+from syncengine.durable.posix import mount, probe, writeback
 from syncengine.durable.store import Store, Target
 
 log = logging.getLogger("syncengine")
@@ -27,7 +27,7 @@ class DurableRoot:
     def __init__(self, config: Config, stores: Callable[[Path], Store]) -> None:
         self.config = config
         self.stores = stores
-        self._caps: probe.Capabilities | None = None
+        self._caps: mount.Capabilities | None = None
         self._uploads: writeback.Uploads | None = None  # for self._caps's mount instance
         self._jobs: int | None = None
         self._bucket_checked = False  # s3:// durable_root: reached once (one LIST)
@@ -52,7 +52,7 @@ class DurableRoot:
         (unless `jobs` was set explicitly)."""
         if self._jobs is None:
             explicit = self.config.sources.get("jobs", "default") != "default"
-            remote = self.config.s3 is not None or probe.is_remote(self.config.durable_root)
+            remote = self.config.s3 is not None or mount.is_remote(self.config.durable_root)
             self._jobs = self.config.jobs if explicit or remote else 1
         return self._jobs
 
@@ -68,11 +68,11 @@ class DurableRoot:
             )
         )
 
-    def _ready(self) -> probe.Capabilities:
+    def _ready(self) -> mount.Capabilities:
         """Health-check the durable root and learn what it supports (once per mount
         instance: a remounted client is probed again; a bucket: checked once, no probe)."""
         if self.config.s3 is not None:  # no health check: a failed PUT says what a LIST would
-            self._caps = self._caps or probe.Capabilities()
+            self._caps = self._caps or mount.Capabilities()
             return self._caps
         self.check()
         root = self.config.durable_root

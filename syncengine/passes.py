@@ -29,8 +29,8 @@ from syncengine.config import AdapterSpec
 from syncengine.errors import DurableError, NameTaken, local_error
 from syncengine.local import chainstate
 from syncengine.local import seed as seeding
+from syncengine.local.adapter import AdapterState
 from syncengine.local.index import Index, settled
-from syncengine.model import AdapterState
 from syncengine.plan import PUBLISHING, CheckpointAction, PlainCopy, RecordDir, RecordLink
 from syncengine.plan import plan_checkpoint as plan_actions
 from syncengine.report import AdapterReport, PathError

@@ -19,18 +19,10 @@ from collections.abc import Generator
 import attrs
 
 from syncengine.checkpoint import record, segments, sqlite, sqlite_pass
-from syncengine.copier import (
-    Changed,
-    Copied,
-    NotRegular,
-    Published,
-    SQLiteFile,
-    Vanished,
-    in_order,
-    upload,
-)
+from syncengine.checkpoint.copier import Changed, Copied, Published, SQLiteFile, upload
 from syncengine.errors import SourceError
-from syncengine.model import AdapterState
+from syncengine.fs.stream import NotRegular, Vanished, in_order
+from syncengine.local.adapter import AdapterState
 from syncengine.plan import AppendSegments, Compact, PlainCopy, Upload
 from syncengine.report import PathError
 

@@ -18,12 +18,13 @@ from typing import Any
 import attrs
 
 from syncengine.checkpoint import segments
-from syncengine.copier import Copied, Published, link_hash
+from syncengine.checkpoint.copier import Copied, Published
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
+from syncengine.fs.stream import link_hash
 from syncengine.local import chainstate
+from syncengine.local.adapter import AdapterState
 from syncengine.local.index import DIRTY, Index
-from syncengine.model import AdapterState
 
 log = logging.getLogger("syncengine")
 

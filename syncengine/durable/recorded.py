@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.store import META_DIR
+from syncengine.durable.store import META_DIR
 
 WRITTEN_SEQ = "written_seq"  # index meta: the manifest object this state dir wrote last
 

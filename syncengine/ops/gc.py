@@ -52,7 +52,7 @@ from syncengine.local.status import restore_refusal
 from syncengine.ops.gcplan import FENCED, DeleteObjects, DeletePath, Facts, GcAction, plan, refusal
 
 if TYPE_CHECKING:
-    from syncengine.model import AdapterState
+    from syncengine.local.adapter import AdapterState
 
 log = logging.getLogger("syncengine")
 

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import attrs
 
-from syncengine.checkpoint.segments import MAX_SEGMENTS
+from syncengine.local.chainstate import MAX_SEGMENTS
 from syncengine.local.index import Index
 from syncengine.patterns import Matcher
 from syncengine.walk.job import ScanResult, Seen

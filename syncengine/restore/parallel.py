@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-from syncengine.copier import Vanished, in_order
 from syncengine.durable.store import Store
 from syncengine.errors import DurableError, SourceError
 from syncengine.fs.safepath import DirCache
+from syncengine.fs.stream import Vanished, in_order
 from syncengine.plan import Fetch, KeepLocal, MakeLink
 from syncengine.restore.fetch import Done, fetch_file, fetch_log, make_link
 from syncengine.walk import forked
