@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from syncengine.config import Config
+from syncengine.durable.lifecycle import DurableStore, Target
 from syncengine.durable.posix import mount, probe, writeback
-from syncengine.durable.store import Store, Target
 
 log = logging.getLogger("syncengine")
 
@@ -24,7 +24,7 @@ log = logging.getLogger("syncengine")
 class DurableRoot:
     """The durable root of one `Config`, and the stores built on it."""
 
-    def __init__(self, config: Config, stores: Callable[[Path], Store]) -> None:
+    def __init__(self, config: Config, stores: Callable[[Path], DurableStore]) -> None:
         self.config = config
         self.stores = stores
         self._caps: mount.Capabilities | None = None
@@ -56,7 +56,7 @@ class DurableRoot:
             self._jobs = self.config.jobs if explicit or remote else 1
         return self._jobs
 
-    def prepare_store(self, store: Store) -> None:
+    def prepare_store(self, store: DurableStore) -> None:
         """Make `store` publish the way the mount supports (probed once per instance)."""
         caps = self._ready()
         store.configure(
@@ -87,14 +87,14 @@ class DurableRoot:
             )
         return self._caps
 
-    def writable_store(self, root: Path) -> Store:
+    def writable_store(self, root: Path) -> DurableStore:
         """A Store under the durable root that publishes the way the mount supports
         (probed once per Engine; a mount without rename gets unique objects)."""
         store = self.stores(root)
         self.prepare_store(store)
         return store
 
-    def lazy_store(self, root: Path) -> Store:
+    def lazy_store(self, root: Path) -> DurableStore:
         """`writable_store`, probed just before its first write (reads need no probe)."""
         store = self.stores(root)
         store.before_first_write(functools.partial(self.prepare_store, store))

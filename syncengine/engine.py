@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
 from syncengine.config.adapterspec import exclusion_patterns, skip_dirs
+from syncengine.durable.lifecycle import DurableStore
 from syncengine.durable.posix import store as posix_store
 from syncengine.durable.posix.store import PosixStore
-from syncengine.durable.store import Store
 from syncengine.durableroot import DurableRoot
 from syncengine.errors import (
     ConfigError,
@@ -68,7 +68,7 @@ class Engine:
         clock: Callable[[], int] = time.time_ns,
         scan_workers: int = 2,
         progress: Reporter | None = None,
-        stores: Callable[[Path], Store] = PosixStore,
+        stores: Callable[[Path], DurableStore] = PosixStore,
     ) -> None:
         self.config = config
         self.clock = clock

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import attrs
 
+from syncengine.durable.lifecycle import DurableStore
 from syncengine.durable.manifest import Fence
-from syncengine.durable.store import Store
 from syncengine.local.index import Index
 from syncengine.notices import Notices
 from syncengine.patterns import Matcher
@@ -28,7 +28,7 @@ class AdapterState:
 
     name: str
     live: Path
-    store: Store
+    store: DurableStore  # its data, and the lifecycle the checkpoint executor uses
     index: Index
     index_path: Path
     staging_marker: Path
