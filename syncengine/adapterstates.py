@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from syncengine.checkpoint import execute as checkpoint
+from syncengine.checkpoint import checkpointer
 from syncengine.config import AdapterSpec
 from syncengine.durable.posix import probe
 from syncengine.errors import DurableError
@@ -74,7 +74,7 @@ class AdapterStates:
             store=self.engine.stores(spec.durable),
             index=index,
             index_path=index_path,
-            staging_marker=checkpoint.staging_marker(state_dir, spec.name),
+            staging_marker=checkpointer.staging_marker(state_dir, spec.name),
             segments=self.engine.log_matcher(spec.name),
             sqlite=options,
             sqlite_patterns=spec.sqlite,

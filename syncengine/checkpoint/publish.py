@@ -7,7 +7,7 @@ a path error on the pass's `Pass` tally.  What the executor learns only by
 doing (a file vanished or changed while copied, a log rewritten in place, a
 file that became a database since it was planned) is reported here, never
 turned into another action.  The order of a pass and recording it are
-`syncengine.checkpoint.execute`'s.
+`syncengine.checkpoint.checkpointer`'s.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ action (a union of small frozen values, one class per kind of thing done),
 the entries the pass's manifest object lists (`manifest_entries` decides
 whether one is written at all), the object itself (a delta, or every
 `manifest.COMPACT_AFTER` a base), and the index updated from the outcomes.
-It copies nothing: the executor (`execute`) hands it what was done.
+It copies nothing: the executor (`checkpointer`) hands it what was done.
 """
 
 from __future__ import annotations

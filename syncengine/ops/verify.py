@@ -40,7 +40,7 @@ from typing import Any
 import attrs
 import xxhash
 
-from syncengine.checkpoint.execute import staging_marker
+from syncengine.checkpoint.checkpointer import staging_marker
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import MANIFEST_DIR, Store

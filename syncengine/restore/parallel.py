@@ -6,7 +6,7 @@ onto a local disk: contiguous shares of about equal cost, one per core
 (`syncengine.walk.forked`), results sent back as picklable tuples, a share
 whose process failed done again here.  A durable-side error stops the run
 after every share's results are yielded, so what was placed is recorded.
-What the outcomes mean for the index and the report is `restore.execute`'s.
+What the outcomes mean for the index and the report is `restore.restorer`'s.
 """
 
 from __future__ import annotations

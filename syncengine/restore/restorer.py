@@ -32,7 +32,7 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 
-from syncengine.checkpoint import execute as checkpoint
+from syncengine.checkpoint import checkpointer as checkpoint
 from syncengine.durable import manifest, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import Store, with_metadata
