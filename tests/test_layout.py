@@ -89,6 +89,14 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
+def _source(node: ast.ImportFrom, base: list[str]) -> str:
+    """The module a ``from ... import`` reads from (`base`: the importer's package)."""
+    if node.level:
+        anchor = base[: len(base) - node.level + 1]
+        return ".".join([*anchor, *([node.module] if node.module else [])])
+    return node.module or ""
+
+
 def _top_level_imports(module: str, path: Path) -> set[str]:
     """The syncengine modules `module` imports at import time."""
     is_package = path.name == "__init__.py"
@@ -109,11 +117,7 @@ def _top_level_imports(module: str, path: Path) -> set[str]:
             elif isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    anchor = base[: len(base) - node.level + 1]
-                    source = ".".join([*anchor, *([node.module] if node.module else [])])
-                else:
-                    source = node.module or ""
+                source = _source(node, base)
                 targets.add(source)
                 for alias in node.names:
                     targets.add(f"{source}.{alias.name}")
@@ -150,11 +154,7 @@ def _all_imports(module: str, path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = base[: len(base) - node.level + 1]
-                source = ".".join([*anchor, *([node.module] if node.module else [])])
-            else:
-                source = node.module or ""
+            source = _source(node, base)
             names = {f"{source}.{alias.name}" for alias in node.names}
             modules = names & MODULES.keys()
             targets |= modules if modules == names else {source, *modules}

@@ -176,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "explain":
             from syncengine.ops import explain
 
-            return explain.command(engine.config, args.adapter, args.paths, args.json)
+            return explain.command(engine, args.adapter, args.paths, args.json)
         if args.command == "verify":
             vrep = engine.verify(
                 args.adapters,

@@ -20,6 +20,7 @@ import os
 import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import attrs
 
@@ -45,6 +46,13 @@ INTERNAL = "internal"  # syncengine's own state directory or temp file
 DIRECTORY = "dir"  # walked and recorded with its mode; its entries have their own lines
 ABSENT = "absent"  # a PATH argument that does not exist
 PUBLISHED = frozenset({PUBLISH, SEGMENTS, SNAPSHOT, UNLISTED_DB, LINK, DIRECTORY})
+
+
+class Configured(Protocol):
+    """What explaining needs of its caller: the run's configuration (an `Engine` has it)."""
+
+    @property
+    def config(self) -> Config: ...
 
 
 @attrs.frozen
@@ -117,11 +125,11 @@ class _Rules:
         return next(g for g in self.spec.sqlite if matches([g], rel))
 
 
-def explain(config: Config, adapter: str, paths: Sequence[str] = ()) -> list[Decision]:
+def explain(run: Configured, adapter: str, paths: Sequence[str] = ()) -> list[Decision]:
     """Decisions for every path of `adapter`'s live tree, or for `paths` (absolute, or
     relative to the live tree), in path order."""
-    spec = config.adapter(adapter)
-    rules = _Rules.of(config, spec)
+    spec = run.config.adapter(adapter)
+    rules = _Rules.of(run.config, spec)
     if not paths:
         return sorted(_walk(rules), key=lambda d: d.path)
     return [decide(rules, _relative(spec, p)) for p in paths]
@@ -239,12 +247,12 @@ def lines(decisions: Iterable[Decision]) -> list[str]:
     return [str(d) for d in decisions]
 
 
-def command(config: Config, adapter: str, paths: Sequence[str], as_json: bool) -> int:
+def command(run: Configured, adapter: str, paths: Sequence[str], as_json: bool) -> int:
     """``syncengine explain``: print the decisions; exit 0 (2 for a bad adapter or path)."""
     import json
 
-    spec = config.adapter(adapter)
-    decisions = explain(config, adapter, paths)
+    spec = run.config.adapter(adapter)
+    decisions = explain(run, adapter, paths)
     if as_json:
         print(
             json.dumps(
