@@ -34,8 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from syncengine import sqlite_check
 from syncengine.checkpoint import sqlite_backup
+from syncengine.sqlite import check as sqlite_check
 
 WRITER = r"""
 import json, sqlite3, sys, time

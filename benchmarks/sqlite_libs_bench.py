@@ -80,7 +80,7 @@ if lib == "apsw":
 elif lib == "syncengine":
     from pathlib import Path
     from syncengine.checkpoint import sqlite_backup
-    from syncengine import sqlite_check
+    from syncengine.sqlite import check as sqlite_check
     version = sqlite_check.library_version()["version"]
     opts = sqlite_backup.Options(staging=Path(work) / "staging", quarantine=Path(work) / "q")
     def snap():

@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from syncengine.__about__ import __version__
+
 if TYPE_CHECKING:
     from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
     from syncengine.daemon.runner import Runner
@@ -64,8 +66,6 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AdapterReport",

@@ -14,16 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from syncengine.checkpoint import execute as checkpoint
-from syncengine.checkpoint import sqlite
+from syncengine.checkpoint import checkpointer
 from syncengine.config import AdapterSpec
 from syncengine.durable.posix import probe
 from syncengine.errors import DurableError
 from syncengine.local import seed as seeding
 from syncengine.local import status
+from syncengine.local.adapter import AdapterState
 from syncengine.local.index import Index, file_signature
-from syncengine.model import AdapterState
 from syncengine.report import AdapterReport
+from syncengine.sqlite import files
 
 if TYPE_CHECKING:  # the engine imports passes, which imports this module
     from syncengine.engine import Engine
@@ -63,7 +63,7 @@ class AdapterStates:
                 self.unseeded.add(spec.name)
             self.indexes[spec.name] = index
         state_dir = self.config.state_dir
-        options = sqlite.Options(
+        options = files.Options(
             staging=state_dir / "sqlite-staging",
             quarantine=state_dir / "sqlite-quarantine",
             busy_timeout=self.config.sqlite_busy_timeout,
@@ -74,7 +74,7 @@ class AdapterStates:
             store=self.engine.stores(spec.durable),
             index=index,
             index_path=index_path,
-            staging_marker=checkpoint.staging_marker(state_dir, spec.name),
+            staging_marker=checkpointer.staging_marker(state_dir, spec.name),
             segments=self.engine.log_matcher(spec.name),
             sqlite=options,
             sqlite_patterns=spec.sqlite,

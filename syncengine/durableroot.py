@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from syncengine.config import Config
-from syncengine.durable.posix import probe, writeback
-from syncengine.durable.store import Store, Target
+from syncengine.durable.lifecycle import DurableStore, Target
+from syncengine.durable.posix import mount, probe, writeback
 
 log = logging.getLogger("syncengine")
 
@@ -24,10 +24,10 @@ log = logging.getLogger("syncengine")
 class DurableRoot:
     """The durable root of one `Config`, and the stores built on it."""
 
-    def __init__(self, config: Config, stores: Callable[[Path], Store]) -> None:
+    def __init__(self, config: Config, stores: Callable[[Path], DurableStore]) -> None:
         self.config = config
         self.stores = stores
-        self._caps: probe.Capabilities | None = None
+        self._caps: mount.Capabilities | None = None
         self._uploads: writeback.Uploads | None = None  # for self._caps's mount instance
         self._jobs: int | None = None
         self._bucket_checked = False  # s3:// durable_root: reached once (one LIST)
@@ -52,11 +52,11 @@ class DurableRoot:
         (unless `jobs` was set explicitly)."""
         if self._jobs is None:
             explicit = self.config.sources.get("jobs", "default") != "default"
-            remote = self.config.s3 is not None or probe.is_remote(self.config.durable_root)
+            remote = self.config.s3 is not None or mount.is_remote(self.config.durable_root)
             self._jobs = self.config.jobs if explicit or remote else 1
         return self._jobs
 
-    def prepare_store(self, store: Store) -> None:
+    def prepare_store(self, store: DurableStore) -> None:
         """Make `store` publish the way the mount supports (probed once per instance)."""
         caps = self._ready()
         store.configure(
@@ -68,11 +68,11 @@ class DurableRoot:
             )
         )
 
-    def _ready(self) -> probe.Capabilities:
+    def _ready(self) -> mount.Capabilities:
         """Health-check the durable root and learn what it supports (once per mount
         instance: a remounted client is probed again; a bucket: checked once, no probe)."""
         if self.config.s3 is not None:  # no health check: a failed PUT says what a LIST would
-            self._caps = self._caps or probe.Capabilities()
+            self._caps = self._caps or mount.Capabilities()
             return self._caps
         self.check()
         root = self.config.durable_root
@@ -87,14 +87,14 @@ class DurableRoot:
             )
         return self._caps
 
-    def writable_store(self, root: Path) -> Store:
+    def writable_store(self, root: Path) -> DurableStore:
         """A Store under the durable root that publishes the way the mount supports
         (probed once per Engine; a mount without rename gets unique objects)."""
         store = self.stores(root)
         self.prepare_store(store)
         return store
 
-    def lazy_store(self, root: Path) -> Store:
+    def lazy_store(self, root: Path) -> DurableStore:
         """`writable_store`, probed just before its first write (reads need no probe)."""
         store = self.stores(root)
         store.before_first_write(functools.partial(self.prepare_store, store))

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
+from syncengine.config.adapterspec import exclusion_patterns, skip_dirs
+from syncengine.durable.lifecycle import DurableStore
 from syncengine.durable.posix import store as posix_store
 from syncengine.durable.posix.store import PosixStore
-from syncengine.durable.store import Store
 from syncengine.durableroot import DurableRoot
 from syncengine.errors import (
     ConfigError,
@@ -41,13 +42,13 @@ from syncengine.errors import (
 from syncengine.local import leaseprocess, status
 from syncengine.local.lock import StateLock
 from syncengine.notices import Notices
-from syncengine.patterns import Matcher, compile_patterns, database_patterns
+from syncengine.patterns import Matcher, compile_patterns
 from syncengine.progress import Reporter
 from syncengine.report import AdapterReport, Report
 from syncengine.rootlease import RootLease
 
 if TYPE_CHECKING:  # imported where used (see the module docstring)
-    from syncengine.model import AdapterState
+    from syncengine.local.adapter import AdapterState
     from syncengine.ops import gc as gc_
     from syncengine.ops import migrate as migrate_
     from syncengine.ops import verify as verify_
@@ -55,22 +56,6 @@ if TYPE_CHECKING:  # imported where used (see the module docstring)
     from syncengine.passes import Hints, Passes
 
 log = logging.getLogger("syncengine")
-
-
-# A durable tree's own directory, never live state: the old rsync script's restore
-# (after a rollback) copies it into the live tree, and published back it would land
-# over the manifest and chains it is a copy of.
-RESERVED = "/.syncengine/"
-
-
-def exclusion_patterns(spec: AdapterSpec) -> tuple[str, ...]:
-    """An adapter's exclusions: its own list plus its SQLite databases and companions,
-    and `RESERVED`.
-
-    A listed database is never copied as a file: its WAL and SHM are read at
-    different transaction boundaries (the SQLite adapter snapshots it instead).
-    """
-    return spec.exclude + database_patterns(spec.sqlite) + (RESERVED,)
 
 
 class Engine:
@@ -83,7 +68,7 @@ class Engine:
         clock: Callable[[], int] = time.time_ns,
         scan_workers: int = 2,
         progress: Reporter | None = None,
-        stores: Callable[[Path], Store] = PosixStore,
+        stores: Callable[[Path], DurableStore] = PosixStore,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -162,10 +147,8 @@ class Engine:
         return int(self.config.plain_after * 1e9)
 
     def skip_dirs(self, spec: AdapterSpec) -> frozenset[str]:
-        state_dir = self.config.state_dir
-        if spec.live in state_dir.parents:
-            return frozenset({state_dir.relative_to(spec.live).as_posix()})
-        return frozenset()
+        """What a walk of `spec`'s live tree never enters (`adapterspec.skip_dirs`)."""
+        return skip_dirs(spec, self.config.state_dir)
 
     # -- operations ------------------------------------------------------
     def checkpoint(

@@ -23,18 +23,17 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from syncengine.adapterstates import AdapterStates
-from syncengine.checkpoint import execute as checkpoint
-from syncengine.checkpoint import record, sqlite
+from syncengine.checkpoint import checkpointer, record, sqlite
 from syncengine.config import AdapterSpec
 from syncengine.errors import DurableError, NameTaken, local_error
 from syncengine.local import behind, chainstate
 from syncengine.local import seed as seeding
+from syncengine.local.adapter import AdapterState
 from syncengine.local.index import Index, settled
-from syncengine.model import AdapterState
 from syncengine.plan import PUBLISHING, CheckpointAction, PlainCopy, RecordDir, RecordLink
 from syncengine.plan import plan_checkpoint as plan_actions
 from syncengine.report import AdapterReport, PathError
-from syncengine.restore import execute as restore
+from syncengine.restore import restorer
 from syncengine.walk import missing as missing_mod
 from syncengine.walk import tablewalk
 from syncengine.walk.job import ScanJob, ScanResult, Seen
@@ -156,7 +155,7 @@ class Passes:
         if fatal is not None:
             return [AdapterReport(state.name, fatal=fatal)]
         try:
-            rep = checkpoint.run(
+            rep = checkpointer.run(
                 state,
                 actions,
                 started_ns=started,
@@ -177,7 +176,7 @@ class Passes:
     ) -> list[AdapterReport]:
         """The durable manifest is ahead of this index (a pass killed between its
         manifest object and its index, an older copy of the state dir, another
-        writer): checkpoint.run dropped the index; this adapter's pass runs again
+        writer): checkpointer.run dropped the index; this adapter's pass runs again
         from one rebuilt from the manifest, publishing what differs."""
         log.warning(
             "checkpoint.manifest-behind adapter=%s: %s; rebuilding the index "
@@ -207,7 +206,7 @@ class Passes:
             missing,
             chainstate.idle_chains(state.index, started) if logs else frozenset(),
             logs=state.segments,
-            sniff=checkpoint.LiveContent(state.live) if state.sqlite is not None else None,
+            sniff=checkpointer.LiveContent(state.live) if state.sqlite is not None else None,
             plain=chainstate.plain_wanted(state.index, started, quiet_ns) if logs else frozenset(),
             plain_why=f"quiet for {self.config.plain_after:g} s",
             missing_dirs=missing_mod.missing_dirs(state, result),
@@ -270,7 +269,7 @@ class Passes:
         state.store.before_first_write(
             functools.partial(self.engine.lease.prepare_store, state.store)
         )
-        more = checkpoint.run(
+        more = checkpointer.run(
             state,
             actions,
             started_ns=started,
@@ -303,10 +302,10 @@ class Passes:
                     spec.durable,
                     extra={"event": "restore.nothing"},
                 )
-            entries, problems, source = restore.durable_entries(state.store, state.index)
+            entries, problems, source = restorer.durable_entries(state.store, state.index)
             for problem in problems:
                 log.error("manifest.problem %s", problem, extra={"event": "manifest.problem"})
-            actions = restore.plan(state, entries, source)
+            actions = restorer.plan(state, entries, source)
             if dry_run:
                 return AdapterReport(spec.name, plan=tuple(map(str, actions)))
             log.info(
@@ -316,7 +315,7 @@ class Passes:
                 source,
                 extra={"event": "restore.start"},
             )
-            rep = restore.run(
+            rep = restorer.run(
                 state, actions, jobs=self.engine.durable.copy_jobs(), progress=self.engine.progress
             )
             if fresh:  # built from what the durable side holds now: it cannot be ahead of it

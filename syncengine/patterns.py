@@ -4,17 +4,14 @@ Owns the meaning of an adapter's ``exclude`` list.  Supported: ``*``, ``?``,
 ``[...]``, ``**`` across directories, a trailing ``/`` for directories only,
 and a ``/`` at the start or in the middle to anchor a pattern at the tree's
 root.  A pattern without a slash matches a name at any depth.  Negation
-(``!``) is refused with a clear error rather than half-supported.  Also the
-patterns that keep a listed SQLite database and its companions out of the
-file copy (`database_patterns`), and whether a path is one of the databases
-those ``sqlite`` globs list (`matches`: one glob per path component).
+(``!``) is refused with a clear error rather than half-supported.  Which
+paths are SQLite databases (an adapter's ``sqlite`` globs) is
+`syncengine.sqlite.files`'s.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import re
-from collections.abc import Sequence
 
 import attrs
 
@@ -103,22 +100,3 @@ def compile_patterns(patterns: tuple[str, ...] | list[str], *, where: str = "exc
         any=re.compile("(?:" + "|".join(any_parts) + r")\Z", re.S) if any_parts else None,
         dirs_only=re.compile("(?:" + "|".join(dir_parts) + r")\Z", re.S) if dir_parts else None,
     )
-
-
-COMPANIONS = ("-wal", "-shm", "-journal")  # files SQLite keeps beside a database
-
-
-def database_patterns(globs: Sequence[str]) -> tuple[str, ...]:
-    """Anchored exclusion patterns for listed databases and their companions: a
-    listed database is never copied as a file (snapshotted instead)."""
-    return tuple(f"/{g.lstrip('/')}{suffix}" for g in globs for suffix in ("", *COMPANIONS))
-
-
-def matches(patterns: Sequence[str], relpath: str) -> bool:
-    """Whether `relpath` is one of the databases the globs list."""
-    parts = relpath.split("/")
-    for pattern in patterns:
-        globs = [p for p in pattern.strip("/").split("/") if p]
-        if len(globs) == len(parts) and all(map(fnmatch.fnmatchcase, parts, globs)):
-            return True
-    return False

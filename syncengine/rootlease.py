@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from syncengine.durable import lease, manifestlist
-from syncengine.durable.store import Store
+from syncengine.durable.lifecycle import DurableStore as Store
 from syncengine.errors import DurableError, LeaseHeld, LeaseLost, NameTaken
 from syncengine.local import status
 from syncengine.local.leaseholder import LeaseHolder

@@ -154,7 +154,7 @@ def query_closed_db(path: Path, sql: str) -> list[tuple[object, ...]]:
 def query_snapshot(obj: Path, scratch: Path, sql: str) -> list[tuple[object, ...]]:
     """`sql` on a private local copy of a published snapshot (never opened in place),
     after it passes the engine's check."""
-    from syncengine import sqlite_check
+    from syncengine.sqlite import check as sqlite_check
 
     copy = scratch / f"snapshot-{os.getpid()}.db"
     copy.write_bytes(obj.read_bytes())

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import attrs
 
-from syncengine.durable.store import META_DIR, AtomicPutStore, ObjectInfo, Opened, Store
+from syncengine.durable.lifecycle import AtomicPutStore, DurableStore
+from syncengine.durable.store import META_DIR, ObjectInfo, Opened
 from syncengine.errors import NameTaken
 
 
@@ -60,7 +61,7 @@ class _Writer:
 
 
 class MemoryStore(AtomicPutStore):
-    """One durable directory in a `MemoryBucket` (implements `Store`)."""
+    """One durable directory in a `MemoryBucket` (implements `Store` and `Lifecycle`)."""
 
     def __init__(self, bucket: MemoryBucket, root: str | Path) -> None:
         self.bucket = bucket
@@ -179,5 +180,5 @@ def _info(key: str, obj: _Object) -> ObjectInfo:
     return ObjectInfo(key, len(obj.data), obj.mtime_ns, obj.mode, "file")
 
 
-def _conforms(bucket: MemoryBucket) -> Store:
-    return bucket.store("")  # mypy: MemoryStore implements the Protocol
+def _conforms(bucket: MemoryBucket) -> DurableStore:
+    return bucket.store("")  # mypy: MemoryStore implements both Protocols

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from syncengine.durable.s3.location import S3Location
+from syncengine.config.s3location import S3Location
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",

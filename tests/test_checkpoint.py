@@ -217,7 +217,7 @@ def test_checkpoint_killed_mid_copy_keeps_old_copy_and_next_run_completes(
 def test_vanishing_file_is_not_an_error(tree: Tree, engine: EngineFactory) -> None:
     tree.write(f"{CODEX}/a.json", "a")
     eng = engine({"adapters": ["codex"]})
-    from syncengine.checkpoint import execute as cp
+    from syncengine.checkpoint import checkpointer as cp
     from syncengine.plan import Upload
 
     state = eng.passes.adapters.state(eng.config.adapter("codex"))

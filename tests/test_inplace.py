@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from syncengine.copier import CHUNK
+from syncengine.fs.stream import CHUNK
 from tests.conftest import CliRunner, Tree
 from tests.helpers import files
 from tests.readgate import ReadGate, offset

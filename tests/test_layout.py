@@ -1,15 +1,17 @@
-"""The package's shape, checked from its source with `ast` (issue 14).
+"""The package's shape, checked from its source with `ast` (issues 14 and 31).
 
 Every module stays under 400 lines, every function under 60 lines unless it
 is a documented hot loop named in `LONG_FUNCTIONS`, the modules import each
-other without a cycle, and the local layer imports nothing above it. These
-are read from the files, not imported, so a broken module still gets its
-shape checked.
+other without a cycle, and no module imports one above its own layer: the
+layer table of docs/DESIGN.md ("Package layout") is `LAYERS` here, and that
+page's table is checked against it.  These are read from the files, not
+imported, so a broken module still gets its shape checked.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -21,9 +23,31 @@ MAX_FUNCTION_LINES = 60
 # Hot loops allowed to run long; each one's docstring says why it is not split.
 LONG_FUNCTIONS = {"walk.listing.walk_listing"}
 
-# local/ is what one machine knows; it must not reach up into the layers that
-# write checkpoints, restore, maintain or run the engine.
-LOCAL_MUST_NOT_IMPORT = ("checkpoint", "restore", "ops", "daemon")
+DESIGN = PACKAGE.parent / "docs" / "DESIGN.md"
+
+# The layers, from the ground up (docs/DESIGN.md, "Package layout", lists the same
+# rows).  A module may import modules of its own layer and of the layers below it,
+# never one above, not even for typing or inside a function: a lower module that
+# needs the root is missing a context the root should hand it.  A name is a package
+# under syncengine/ (with everything below it) or a module at the package root;
+# "syncengine" is the package's face (__init__.py).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("__about__", "errors", "report", "progress", "notices", "patterns"),  # the ground floor
+    ("fs",),
+    ("sqlite",),
+    ("config",),
+    ("durable",),
+    ("local",),
+    ("walk",),
+    ("plan",),
+    ("checkpoint",),
+    ("restore",),
+    ("ops",),
+    ("engine", "passes", "adapterstates", "rootlease", "durableroot"),  # the composition root
+    ("daemon",),
+    ("cli",),
+    ("syncengine", "__main__"),
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -65,6 +89,14 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
+def _source(node: ast.ImportFrom, base: list[str]) -> str:
+    """The module a ``from ... import`` reads from (`base`: the importer's package)."""
+    if node.level:
+        anchor = base[: len(base) - node.level + 1]
+        return ".".join([*anchor, *([node.module] if node.module else [])])
+    return node.module or ""
+
+
 def _top_level_imports(module: str, path: Path) -> set[str]:
     """The syncengine modules `module` imports at import time."""
     is_package = path.name == "__init__.py"
@@ -85,11 +117,7 @@ def _top_level_imports(module: str, path: Path) -> set[str]:
             elif isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    anchor = base[: len(base) - node.level + 1]
-                    source = ".".join([*anchor, *([node.module] if node.module else [])])
-                else:
-                    source = node.module or ""
+                source = _source(node, base)
                 targets.add(source)
                 for alias in node.names:
                     targets.add(f"{source}.{alias.name}")
@@ -98,14 +126,58 @@ def _top_level_imports(module: str, path: Path) -> set[str]:
     return {target for target in targets if target in MODULES and target != module}
 
 
+def _with_packages(module: str, targets: set[str]) -> set[str]:
+    """`targets` and the packages importing them runs first (a.b.c runs a/__init__ and
+    a/b/__init__), except `module`'s own packages: those are already being imported."""
+    own = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)}
+    out = set(targets)
+    for target in targets:
+        parts = target.split(".")
+        out.update(".".join(parts[:i]) for i in range(2, len(parts)))
+    return out - own
+
+
 def _import_graph() -> dict[str, set[str]]:
-    graph = {module: _top_level_imports(module, path) for module, path in MODULES.items()}
-    # Importing a.b.c runs a/__init__ and a/b/__init__ first.
-    for targets in graph.values():
-        for target in list(targets):
-            parts = target.split(".")
-            targets.update(".".join(parts[:i]) for i in range(2, len(parts)))
-    return graph
+    return {
+        module: _with_packages(module, _top_level_imports(module, path))
+        for module, path in MODULES.items()
+    }
+
+
+def _all_imports(module: str, path: Path) -> set[str]:
+    """Every syncengine module `module` imports: at the top, inside functions, and for
+    typing alike."""
+    is_package = path.name == "__init__.py"
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    targets: set[str] = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            source = _source(node, base)
+            names = {f"{source}.{alias.name}" for alias in node.names}
+            modules = names & MODULES.keys()
+            targets |= modules if modules == names else {source, *modules}
+    return {target for target in targets if target in MODULES and target != module}
+
+
+def _layer(module: str) -> int:
+    """The row of `LAYERS` that holds `module`."""
+    parts = module.split(".")
+    name = parts[1] if len(parts) > 1 else parts[0]
+    for row, names in enumerate(LAYERS):
+        if name in names:
+            return row
+    raise AssertionError(f"{module} is in no row of LAYERS: place it in the layer table")
+
+
+def _back_up(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """The imports that run back up the layers: importer -> the modules above it."""
+    found = {
+        module: sorted(t for t in targets if _layer(t) > _layer(module))
+        for module, targets in graph.items()
+    }
+    return {module: targets for module, targets in found.items() if targets}
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -163,18 +235,46 @@ def test_no_import_cycle() -> None:
     assert cycle is None, " -> ".join(_short(m) for m in cycle or [])
 
 
-@pytest.mark.parametrize("layer", LOCAL_MUST_NOT_IMPORT)
-def test_local_does_not_import_layers_above_it(layer: str) -> None:
-    graph = _import_graph()
-    above = f"syncengine.{layer}"
-    offenders = {
-        _short(module): sorted(
-            _short(t) for t in targets if t == above or t.startswith(above + ".")
-        )
-        for module, targets in graph.items()
-        if module.startswith("syncengine.local.")
+def test_every_module_has_a_layer() -> None:
+    for module in MODULES:
+        _layer(module)
+
+
+def test_no_import_runs_up_a_layer() -> None:
+    graph = {
+        module: _with_packages(module, _all_imports(module, p)) for module, p in MODULES.items()
     }
-    assert {module: t for module, t in offenders.items() if t} == {}
+    offenders = {
+        _short(module) or "syncengine": [_short(t) for t in targets]
+        for module, targets in _back_up(graph).items()
+    }
+    assert offenders == {}
+
+
+def test_the_layer_finder_finds_an_import_running_up() -> None:
+    # Guard the layer test itself: a graph with one arrow back up is caught.
+    graph = {
+        "syncengine.local.index": {"syncengine.fs.savefile"},
+        "syncengine.walk.missing": {"syncengine.local.index", "syncengine.checkpoint.sqlite"},
+    }
+    assert _back_up(graph) == {"syncengine.walk.missing": ["syncengine.checkpoint.sqlite"]}
+    with pytest.raises(AssertionError, match="no row of LAYERS"):
+        _layer("syncengine.nowhere")
+
+
+def test_design_doc_lists_the_layers_of_the_test() -> None:
+    """The "Package layout" table of docs/DESIGN.md has one row per layer, in this
+    order, each naming the packages and root modules of that layer."""
+    text = DESIGN.read_text(encoding="utf-8").split("## Package layout", 1)[1]
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    named = [
+        tuple(
+            "syncengine" if name == "__init__" else name
+            for name in re.findall(r"`(?:syncengine/)?([a-z_]+)(?:/|\.py)?`", row.split("|")[1])
+        )
+        for row in rows
+    ]
+    assert named == list(LAYERS)
 
 
 def test_the_import_graph_sees_imports() -> None:

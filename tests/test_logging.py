@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import syncengine
-from syncengine.cli import _JsonFormatter
+from syncengine.cli.commands import _JsonFormatter
 
 PACKAGE = Path(syncengine.__file__).parent
 LEVELS = {"debug", "info", "warning", "error", "exception", "critical", "log"}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from syncengine.checkpoint.execute import staging_marker
+from syncengine.checkpoint.checkpointer import staging_marker
 from syncengine.durable import manifest
 from syncengine.durable.posix.store import Store
 from tests.bucket_mount import BucketMount

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from syncengine.durable import manifest
-from syncengine.durable.posix.probe import Capabilities, is_mountpoint, probe
+from syncengine.durable.posix.mount import Capabilities, is_mountpoint
+from syncengine.durable.posix.probe import probe
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, EngineFactory, Tree
 from tests.helpers import files

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from syncengine import Engine, config_from_dict
-from syncengine.checkpoint.execute import staging_marker
+from syncengine.checkpoint.checkpointer import staging_marker
 from syncengine.durable.chain import SEG_DIR
 from tests.conftest import Tree
 

@@ -122,7 +122,8 @@ def test_engine_operations_report_progress_on_the_engine_clock(
 
 @pytest.mark.dir_only("the bar's decision is made before anything runs")
 def test_the_cli_draws_a_bar_only_on_a_terminal() -> None:
-    from syncengine.cli import _progress_bar, build_parser
+    from syncengine.cli.args import build_parser
+    from syncengine.cli.commands import _progress_bar
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:

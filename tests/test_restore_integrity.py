@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from syncengine import Engine, config_from_dict
-from syncengine.checkpoint.execute import staging_marker
+from syncengine.checkpoint.checkpointer import staging_marker
 from syncengine.durable.manifest import format_hash
-from syncengine.restore import execute as restore
+from syncengine.restore import restorer as restore
 from tests.conftest import CliRunner, Tree
 from tests.helpers import set_mtime, snapshot
 

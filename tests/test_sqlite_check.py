@@ -20,8 +20,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from syncengine import sqlite_check
-from syncengine.sqlite_check import CORRUPT, OK, UNCHECKED, check
+from syncengine.sqlite import check as sqlite_check
+from syncengine.sqlite.check import CORRUPT, OK, UNCHECKED, check
 from tests.conftest import CliRunner, Tree
 from tests.helpers import query_closed_db
 

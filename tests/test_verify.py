@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from syncengine import Engine, config_from_dict
-from syncengine.checkpoint.execute import staging_marker
+from syncengine.checkpoint.checkpointer import staging_marker
 from syncengine.durable import lease, manifest
 from syncengine.durable.manifest import Entry
 from syncengine.durable.posix.store import Store

@@ -11,7 +11,7 @@ import pytest
 
 from syncengine.config import config_from_dict
 from syncengine.durable.posix.fuseserver import Server
-from syncengine.durable.posix.probe import MountInfo
+from syncengine.durable.posix.mount import MountInfo
 from syncengine.durable.posix.writeback import RcloneControl, _duration, detect
 from syncengine.errors import ConfigError
 

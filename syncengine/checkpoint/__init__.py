@@ -1,1 +1,2 @@
-"""Doing a checkpoint: the executor, SQLite snapshots and append-only segments."""
+"""Doing a checkpoint: the executor (`checkpointer`), the upload of a live file
+(`copier`), SQLite snapshots and append-only segments."""

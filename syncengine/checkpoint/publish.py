@@ -7,7 +7,7 @@ a path error on the pass's `Pass` tally.  What the executor learns only by
 doing (a file vanished or changed while copied, a log rewritten in place, a
 file that became a database since it was planned) is reported here, never
 turned into another action.  The order of a pass and recording it are
-`syncengine.checkpoint.execute`'s.
+`syncengine.checkpoint.checkpointer`'s.
 """
 
 from __future__ import annotations
@@ -19,18 +19,10 @@ from collections.abc import Generator
 import attrs
 
 from syncengine.checkpoint import record, segments, sqlite, sqlite_pass
-from syncengine.copier import (
-    Changed,
-    Copied,
-    NotRegular,
-    Published,
-    SQLiteFile,
-    Vanished,
-    in_order,
-    upload,
-)
+from syncengine.checkpoint.copier import Changed, Copied, Published, SQLiteFile, upload
 from syncengine.errors import SourceError
-from syncengine.model import AdapterState
+from syncengine.fs.stream import NotRegular, Vanished, in_order
+from syncengine.local.adapter import AdapterState
 from syncengine.plan import AppendSegments, Compact, PlainCopy, Upload
 from syncengine.report import PathError
 

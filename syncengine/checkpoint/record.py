@@ -5,7 +5,7 @@ action (a union of small frozen values, one class per kind of thing done),
 the entries the pass's manifest object lists (`manifest_entries` decides
 whether one is written at all), the object itself (a delta, or every
 `manifest.COMPACT_AFTER` a base), and the index updated from the outcomes.
-It copies nothing: the executor (`execute`) hands it what was done.
+It copies nothing: the executor (`checkpointer`) hands it what was done.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from typing import Any
 import attrs
 
 from syncengine.checkpoint import segments
-from syncengine.copier import Copied, Published, link_hash
+from syncengine.checkpoint.copier import Copied, Published
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
+from syncengine.fs.stream import link_hash
 from syncengine.local import chainstate
+from syncengine.local.adapter import AdapterState
 from syncengine.local.behind import REBASE, rebase_due
 from syncengine.local.index import DIRTY, Index
-from syncengine.model import AdapterState
 
 log = logging.getLogger("syncengine")
 

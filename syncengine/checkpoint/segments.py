@@ -21,7 +21,7 @@ rewrite and starts a new chain.  Such an append needs no manifest object: the
 segment's name places it (`record.manifest_entries` decides when a manifest object is
 written, and then records the chain).  Anything but a pure append starts a
 new chain with a fresh base, as does compaction (a chain longer than
-`MAX_SEGMENTS`, or idle for `chainstate.IDLE_NS` with more than one object); a new
+`chainstate.MAX_SEGMENTS`, or idle for `chainstate.IDLE_NS` with more than one object); a new
 chain is always recorded in the manifest.  Superseded chains stay for ``gc``.
 
 The log's *plain copy*: so that anything reading the bucket directly (a
@@ -52,15 +52,15 @@ from typing import Any
 import attrs
 import xxhash
 
-from syncengine.copier import Changed, Copied, hash_file, open_source, stream, unwritten
+from syncengine.checkpoint.copier import Changed, Copied, unwritten
 from syncengine.durable.chain import LOCAL, PLAIN, SEG_DIR, chain_dir, object_name
 from syncengine.durable.store import Store
 from syncengine.errors import SourceError
-from syncengine.local.chainstate import local_state, plain_current
+from syncengine.fs.stream import hash_file, open_source, stream
+from syncengine.local.chainstate import MAX_SEGMENTS, local_state, plain_current
 from syncengine.local.index import Index, Record
 
 log = logging.getLogger("syncengine")
-MAX_SEGMENTS = 256  # objects in a chain before it is compacted into a new base
 _TAIL_SCAN = 1 << 16
 
 
@@ -329,7 +329,6 @@ def complete_lines_end(fd: int, size: int) -> int:
 
 __all__ = [
     "LOCAL",
-    "MAX_SEGMENTS",
     "PLAIN",
     "SEG_DIR",
     "Logged",

@@ -1,12 +1,12 @@
-"""SQLite databases on the checkpoint side: find, decide, publish.
+"""SQLite databases on the checkpoint side: decide, publish.
 
 Owns the rule that a live SQLite database is never copied as files (its
 ``-wal`` and ``-shm`` are read at different transaction boundaries): a
 database listed by an adapter's ``sqlite`` globs, or found by its header in a
-tree, is copied with the online backup API into a local staging file and
-checked (`sqlite_backup`, `sqlite_check`), then published through the copier
-as one closed object at ``checkpoints/<relpath>``, only when its hash differs
-from the last published snapshot.
+tree (both `syncengine.sqlite.files`), is copied with the online backup API
+into a local staging file and checked (`sqlite_backup`, `sqlite.check`), then
+published through the copier as one closed object at ``checkpoints/<relpath>``,
+only when its hash differs from the last published snapshot.
 
 Change detection compares size and mtime_ns of the database and of its WAL
 with what the index recorded (never ctime: a connection opened as root
@@ -15,34 +15,30 @@ changes the WAL's ctime).  Restoring lives in `sqlite_restore`.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
-import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+# apsw and tempfile are imported in the functions that use them (here and in the
+# sqlite_* modules): most checkpoint passes never open a database, and every CLI call
+# pays for imports.
+from syncengine.checkpoint.copier import Published, upload
 from syncengine.checkpoint.sqlite_backup import (
-    Options,
     Staged,
     remove_set,
     stage,
     sweep_staging,
     wal_sig,
 )
-
-# apsw and tempfile are imported in the functions that use them (here and in the
-# sqlite_* modules): most checkpoint passes never open a database, and every CLI call
-# pays for imports.
-from syncengine.copier import SQLITE_HEADER, Published, stream, upload
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import Store
-from syncengine.fs.savefile import TEMP_SUFFIX
+from syncengine.fs.stream import stream
 from syncengine.local.index import DIRTY, Index
-from syncengine.patterns import COMPANIONS
 from syncengine.plan import Snapshot
-from syncengine.sqlite_check import Verdict, check
+from syncengine.sqlite.check import Verdict, check
+from syncengine.sqlite.files import LISTED, find_databases
 
 log = logging.getLogger("syncengine")
 
@@ -52,68 +48,6 @@ CHECKPOINT_DIR = "checkpoints"
 def object_name(relpath: str) -> str:
     """Where the snapshot of the database at `relpath` is published, in the store."""
     return f"{CHECKPOINT_DIR}/{relpath}"
-
-
-# -- finding ------------------------------------------------------------
-
-
-def find_databases(live: Path, patterns: Sequence[str]) -> list[str]:
-    """Relative paths of regular files matching the globs (``*`` never crosses ``/``).
-
-    Exclusions do not apply: a listed database is always snapshotted.
-    Symlinks are not followed; companions and temp files never match.
-    """
-    out: set[str] = set()
-    for pattern in patterns:
-        parts = [p for p in pattern.strip("/").split("/") if p]
-        if parts:
-            _glob(os.fspath(live), "", parts, out)
-    return sorted(out)
-
-
-def _glob(root: str, rel: str, parts: list[str], out: set[str]) -> None:
-    head, rest = parts[0], parts[1:]
-    if any(c in head for c in "*?["):
-        try:
-            with os.scandir(f"{root}/{rel}" if rel else root) as it:
-                names = [e.name for e in it if fnmatch.fnmatchcase(e.name, head)]
-        except OSError:
-            return
-    else:
-        names = [head]
-    for name in names:
-        child = f"{rel}/{name}" if rel else name
-        try:
-            mode = os.lstat(f"{root}/{child}").st_mode
-        except OSError:
-            continue
-        if rest:
-            if stat.S_ISDIR(mode):
-                _glob(root, child, rest, out)
-        elif stat.S_ISREG(mode) and not name.endswith((*COMPANIONS, TEMP_SUFFIX)):
-            out.add(child)
-
-
-def companion_base(live: Path, relpath: str) -> str | None:
-    """The database `relpath` belongs to, if it is a -wal/-shm/-journal of a SQLite file."""
-    for suffix in COMPANIONS:
-        if relpath.endswith(suffix) and len(relpath) > len(suffix):
-            base = relpath[: -len(suffix)]
-            return base if has_header(f"{live}/{base}") else None
-    return None
-
-
-def has_header(path: str) -> bool:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        return os.pread(fd, len(SQLITE_HEADER), 0) == SQLITE_HEADER
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 # -- deciding -----------------------------------------------------------
@@ -143,11 +77,6 @@ def plan_databases(live: Path, patterns: Sequence[str], index: Index) -> list[Sn
             continue
         actions.append(Snapshot(rel, reason))
     return actions
-
-
-def is_listed(index: Index, path: str) -> bool:
-    """A database the adapter lists (not scanned as a file: the sqlite module watches it)."""
-    return bool(index.extras.get(path, {}).get("_listed"))
 
 
 # -- doing --------------------------------------------------------------
@@ -205,7 +134,7 @@ def publish(
         "mtime_ns": mtime,
         "snapshot_ns": snapshot_ns,
         "_wal": wal,
-        "_listed": listed,
+        LISTED: listed,
     }
     entry = Entry(
         relpath,
@@ -232,13 +161,8 @@ def publish(
 
 __all__ = [
     "CHECKPOINT_DIR",
-    "COMPANIONS",
-    "Options",
     "Staged",
     "check_durable_copy",
-    "companion_base",
-    "find_databases",
-    "has_header",
     "object_name",
     "plan_databases",
     "publish",

@@ -43,7 +43,7 @@ blocks a writer for longer than ``sqlite_busy_timeout``:
   pages) or a wal-index to rebuild (``SQLITE_READONLY_RECOVERY``,
   ``_CANTINIT``).
 
-Every copy is then checked with `sqlite_check.check`.  A ``corrupt``
+Every copy is then checked with `sqlite.check.check`.  A ``corrupt``
 verdict is an error (the previous snapshot is kept); ``unchecked`` is
 returned to the caller to decide.  The engine opens nothing else in a live
 tree; as root, SQLite's open of an existing ``-wal`` still changes that file's
@@ -60,10 +60,9 @@ from pathlib import Path
 import attrs
 
 from syncengine.checkpoint.sqlite_vfs import no_create_vfs
-from syncengine.copier import Vanished, stream
 from syncengine.errors import DurableError, SourceError, source_error
-from syncengine.sqlite_check import (
-    COMPANIONS,
+from syncengine.fs.stream import Vanished, stream
+from syncengine.sqlite.check import (
     CheckFailed,
     Verdict,
     check,
@@ -71,18 +70,10 @@ from syncengine.sqlite_check import (
     is_wal,
     writer_version,
 )
+from syncengine.sqlite.files import COMPANIONS, Options
 
 _LOGS = ("-wal", "-journal")  # the companions that hold data: copied with the database
 QUIET_TRIES = 3  # copies of an unused database that a writer starting meanwhile may spoil
-
-
-@attrs.frozen
-class Options:
-    """Where snapshots are staged and invalid databases quarantined; the lock wait."""
-
-    staging: Path
-    quarantine: Path
-    busy_timeout: float = 2.0
 
 
 @attrs.frozen
@@ -208,7 +199,7 @@ def _keep_writer(path: str, source: int | None) -> None:
 
     The backup stamps the copy with this library's version (offset 96); a
     database from a newer SQLite must still say so, so that restore and verify
-    tell a schema they cannot parse from a damaged one (`sqlite_check`).
+    tell a schema they cannot parse from a damaged one (`sqlite.check`).
     """
     with open(path, "r+b") as f:
         header = f.read(100)

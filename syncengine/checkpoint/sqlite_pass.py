@@ -27,9 +27,10 @@ from collections.abc import Sequence
 import attrs
 
 from syncengine.checkpoint import sqlite
-from syncengine.copier import Published, Vanished, in_order
+from syncengine.checkpoint.copier import Published
 from syncengine.errors import SourceError
-from syncengine.model import AdapterState
+from syncengine.fs.stream import Vanished, in_order
+from syncengine.local.adapter import AdapterState
 from syncengine.plan import AppendSegments, Compact, PlainCopy, Snapshot, Upload
 
 log = logging.getLogger("syncengine")

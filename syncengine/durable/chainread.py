@@ -26,11 +26,11 @@ from typing import Any, BinaryIO
 import attrs
 import xxhash
 
-from syncengine.copier import stream
 from syncengine.durable.chain import Chain, Piece, chain_dir, chain_of, load
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import ObjectInfo, Opened, Store
 from syncengine.errors import DurableError, SourceError, UnsafePath, durable_error
+from syncengine.fs.stream import stream
 
 log = logging.getLogger("syncengine")
 

@@ -5,7 +5,7 @@ disagree about a file.  Its facts:
 
 - A checkpoint renames each new version into place as soon as it is closed,
   and writes the manifest object naming them after all of them (see
-  `syncengine.checkpoint.execute`).  A checkpoint killed in between leaves *newer
+  `syncengine.checkpoint.checkpointer`).  A checkpoint killed in between leaves *newer
   complete versions* at their paths that no manifest records yet.  Each
   carries the live file's mtime, set before the rename, and the live file
   changed after the recorded version was read: its mtime is later than the
@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 
 from syncengine.durable.manifest import Entry
-from syncengine.durable.posix.store import META_DIR
+from syncengine.durable.store import META_DIR
 
 WRITTEN_SEQ = "written_seq"  # index meta: the manifest object this state dir wrote last
 

@@ -50,18 +50,22 @@ Listing
   `ObjectInfo` (a directory-like prefix: ``kind="dir"``), or None.
 
 Everything else
-  `delete`, `barrier` (what was committed survives a power loss),
-  `confirm` (everything committed has reached the bucket: trivially True
-  where commit is the upload), `sweep_staging` (temp objects of a killed
-  run), `configure` (what the mount probe found: `Target`),
-  `before_first_write` (the probe runs lazily: an idle pass touches nothing),
-  `describe`/`where` for messages.
+  `exists` (the directory holds anything yet), `delete`; `writes_in_place`
+  (a commit lands under the key directly, so a killed one can leave a torn
+  object: manifest objects record it for the readers that judge a differing
+  copy); `describe`/`where` for messages.
+
+This is the data interface and all a reader needs.  What the engine does
+around the data (adopting the mount probe's findings, the lazy preparation
+before the first write, barriers, confirming a write-back mount's uploads,
+sweeping a killed run's temp objects) is a durable root's lifecycle, a
+separate interface: `syncengine.durable.lifecycle`.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Literal, Protocol
 
@@ -114,25 +118,6 @@ class Opened:
     file: Stream
 
 
-class Uploads(Protocol):
-    """A write-back mount's upload queue (`syncengine.durable.posix.writeback.Uploads`)."""
-
-    @property
-    def instance(self) -> str: ...
-
-    def confirm(self, last_write: float) -> bool: ...
-
-
-@attrs.frozen
-class Target:
-    """What the mount probe found about the durable target (defaults: a local disk)."""
-
-    rename_supported: bool = True
-    attrs_after_close: bool = False  # mode and mtime set on a handle are lost at close
-    keeps_mtime: bool = False  # an object's mtime is the one given at commit
-    uploads: Uploads | None = None  # None: close is the upload (no write-back)
-
-
 class ObjectWriter(Protocol):
     """What `Store.writer` yields."""
 
@@ -150,19 +135,6 @@ class Store(Protocol):
 
     def exists(self) -> bool: ...
 
-    # -- capabilities ----------------------------------------------------
-    def configure(self, target: Target) -> None: ...
-
-    def before_first_write(self, prepare: Callable[[], None]) -> None: ...
-
-    @property
-    def instance(self) -> str: ...
-
-    @property
-    def keeps_mtime(self) -> bool: ...
-
-    def writes_in_place(self) -> bool: ...
-
     # -- writing ---------------------------------------------------------
     def writer(
         self,
@@ -178,11 +150,7 @@ class Store(Protocol):
 
     def delete(self, key: str) -> bool: ...
 
-    def barrier(self) -> None: ...
-
-    def confirm(self) -> bool: ...
-
-    def sweep_staging(self) -> int: ...
+    def writes_in_place(self) -> bool: ...
 
     # -- reading ---------------------------------------------------------
     def batch(self) -> AbstractContextManager[None]: ...
@@ -200,55 +168,14 @@ class Store(Protocol):
     def list(self, top: str = "") -> Iterator[ObjectInfo]: ...
 
 
-class AtomicPutStore:
-    """What every store whose commit is one atomic PUT shares (S3, the tests' memory
-    store): nothing to adopt from a probe, no mount instance, mtimes kept as given,
-    objects whole or absent (never torn), nothing to confirm after the PUT, and the
-    lazy preparation before the first write that an idle pass never triggers."""
-
-    _before_write: Callable[[], None] | None = None
-
-    def configure(self, target: Target) -> None:
-        """Nothing to adopt: a PUT is atomic and its answer is the commit."""
-
-    def before_first_write(self, prepare: Callable[[], None]) -> None:
-        self._before_write = prepare
-
-    def _writing(self) -> None:
-        prepare = self._before_write
-        if prepare is not None:
-            prepare()
-            self._before_write = None
-
-    @property
-    def instance(self) -> str:
-        return ""
-
-    @property
-    def keeps_mtime(self) -> bool:
-        return True
-
-    def writes_in_place(self) -> bool:
-        return False  # under the final name, but whole or not at all: never torn
-
-    def barrier(self) -> None:
-        self._writing()
-
-    def confirm(self) -> bool:
-        return True
-
-
 __all__ = [
     "MANIFEST_DIR",
     "META_DIR",
     "OBJECTS_DIR",
     "STAGING_DIR",
-    "AtomicPutStore",
     "ObjectInfo",
     "ObjectWriter",
     "Opened",
     "Store",
     "Stream",
-    "Target",
-    "Uploads",
 ]

@@ -6,9 +6,11 @@ the manifest records them, `manifest_extra`), `PLAIN` (what the log's plain
 durable path holds) and, under `LOCAL`, local-only state: the inode, and
 ``recorded``, how many objects of the chain a manifest object lists
 (`unrecorded` names the logs it is behind for, `mark_recorded` advances it).
-Also which logs are due for compaction (`idle_chains`) or a plain copy
-(`plain_wanted`), and recording a durable chain in the index after a restore
-or an index rebuild (`seed`, `seed_kept`).  Pure bookkeeping on the `Index`:
+Also when a chain is compacted (`MAX_SEGMENTS` objects, or `IDLE_NS` idle: the
+planner and the segment publisher read the same numbers), which logs are due
+for compaction (`idle_chains`) or a plain copy (`plain_wanted`), and recording
+a durable chain in the index after a restore or an index rebuild (`seed`,
+`seed_kept`).  Pure bookkeeping on the `Index`:
 reads and writes nothing else.
 """
 
@@ -22,6 +24,7 @@ from syncengine.durable.manifest import Entry
 from syncengine.local.index import DIRTY, Index
 
 IDLE_NS = 300 * 10**9  # a log unchanged this long with >1 object is compacted
+MAX_SEGMENTS = 256  # objects in a chain before it is compacted into a new base
 
 
 def manifest_extra(extra: dict[str, Any]) -> dict[str, Any]:

@@ -45,10 +45,10 @@ from syncengine.durable.store import MANIFEST_DIR
 from syncengine.errors import local_error
 from syncengine.fs import savefile
 from syncengine.local import behind, chainstate
+from syncengine.local.adapter import AdapterState
 from syncengine.local.index import DIRTY, Index
 from syncengine.local.status import read_json
-from syncengine.model import AdapterState
-from syncengine.patterns import matches
+from syncengine.sqlite.files import matches
 
 log = logging.getLogger("syncengine")
 

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from syncengine.config import AdapterSpec, Config
-from syncengine.durable.posix import probe
-from syncengine.durable.s3 import location as s3_location
+from syncengine.config import s3location as s3_location
+from syncengine.durable.posix import mount, probe
 from syncengine.fs import savefile
 from syncengine.local.index import Index
 from syncengine.patterns import Matcher
 from syncengine.report import Report
+from syncengine.sqlite import files
 
 
 def status_path(state_dir: Path, adapter: str) -> Path:
@@ -199,7 +200,7 @@ def _databases(index: Index) -> list[dict[str, Any]]:
                     "object": extra.get("object"),
                     "size": extra.get("size", rec.size),
                     "snapshot_ns": extra.get("snapshot_ns"),
-                    "listed": bool(extra.get("_listed")),
+                    "listed": bool(files.is_listed(extra)),
                 }
             )
     return out
@@ -224,7 +225,7 @@ def _probe_status(state_dir: Path, root: Path) -> dict[str, Any] | None:
     cached = probe.read_cache(state_dir, root)
     if not cached:
         return None
-    caps = probe.Capabilities.from_json(cached)
+    caps = mount.Capabilities.from_json(cached)
     if caps is None:
         return None
     return {**cached, "summary": caps.describe(), "rename_supported": caps.rename_supported}
@@ -234,7 +235,7 @@ def write_back(cfg: Config) -> dict[str, Any] | None:
     """What a write-back mount means for durability (None: close is the upload, or not
     probed yet): ``confirmed`` whether each pass waits for the mount's own report."""
     cached = probe.read_cache(cfg.state_dir, cfg.durable_root)
-    caps = probe.Capabilities.from_json(cached) if cached else None
+    caps = mount.Capabilities.from_json(cached) if cached else None
     if caps is None or not (caps.write_back if cfg.write_back is None else cfg.write_back):
         return None
     who = (
@@ -273,6 +274,8 @@ def write_back(cfg: Config) -> dict[str, Any] | None:
 
 
 def _sqlite_version() -> dict[str, Any]:
-    from syncengine import sqlite_check  # imports apsw: status is the only user here
+    from syncengine.sqlite import (
+        check as sqlite_check,  # imports apsw: status is the only user here
+    )
 
     return sqlite_check.library_version()

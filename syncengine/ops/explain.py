@@ -5,10 +5,10 @@ the paths given), the action a checkpoint takes (published as a file,
 appended as segments, snapshotted as SQLite, excluded, ...) and the rule
 that decided it, with the file the rule comes from.  It decides with the
 engine's own pieces, in the engine's order: the walk's exclusion matcher
-(`engine.exclusion_patterns` compiled by `patterns.compile_patterns`, the
+(`adapterspec.exclusion_patterns` compiled by `patterns.compile_patterns`, the
 same as a checkpoint), the walk's visibility rules (`scan.entered`,
-`scan.reported`), the adapter's ``sqlite`` globs (`patterns.matches`), the
-companion and header checks of `sqlite` and `copier`, and the ``segments``
+`scan.reported`), the adapter's ``sqlite`` globs (`sqlite.files.matches`), the
+companion and header checks of `sqlite.files`, and the ``segments``
 matcher.  Naming the rule compiles each pattern alone with the same
 compiler.  It only reads the live tree: never the durable side, the index,
 or the state lock.
@@ -20,16 +20,17 @@ import os
 import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import attrs
 
-from syncengine.checkpoint import sqlite
-from syncengine.config import AdapterSpec
-from syncengine.copier import SQLITE_MIN_SIZE
-from syncengine.engine import RESERVED, Engine, exclusion_patterns
+from syncengine.config import AdapterSpec, Config
+from syncengine.config.adapterspec import RESERVED, exclusion_patterns, skip_dirs
 from syncengine.errors import ConfigError
 from syncengine.fs.savefile import TEMP_SUFFIX
-from syncengine.patterns import COMPANIONS, Matcher, compile_patterns, database_patterns, matches
+from syncengine.patterns import Matcher, compile_patterns
+from syncengine.sqlite import files
+from syncengine.sqlite.files import COMPANIONS, database_patterns, matches
 from syncengine.walk.job import ScanJob, entered, reported
 
 # What a checkpoint does with a path (the first column of the output).
@@ -45,6 +46,13 @@ INTERNAL = "internal"  # syncengine's own state directory or temp file
 DIRECTORY = "dir"  # walked and recorded with its mode; its entries have their own lines
 ABSENT = "absent"  # a PATH argument that does not exist
 PUBLISHED = frozenset({PUBLISH, SEGMENTS, SNAPSHOT, UNLISTED_DB, LINK, DIRECTORY})
+
+
+class Configured(Protocol):
+    """What explaining needs of its caller: the run's configuration (an `Engine` has it)."""
+
+    @property
+    def config(self) -> Config: ...
 
 
 @attrs.frozen
@@ -76,10 +84,12 @@ class _Rules:
     singles: tuple[tuple[str, str, Matcher], ...]  # (pattern, its key, matcher of it alone)
 
     @classmethod
-    def of(cls, engine: Engine, spec: AdapterSpec) -> _Rules:
+    def of(cls, config: Config, spec: AdapterSpec) -> _Rules:
         where = f"adapter {spec.name!r} exclude"
         matcher = compile_patterns(exclusion_patterns(spec), where=where)
-        job = ScanJob(spec.name, os.fspath(spec.live), matcher, {}, engine.skip_dirs(spec))
+        job = ScanJob(
+            spec.name, os.fspath(spec.live), matcher, {}, skip_dirs(spec, config.state_dir)
+        )
         logs = (
             compile_patterns(spec.segments, where=f"adapter {spec.name!r} segments")
             if spec.segments
@@ -115,11 +125,11 @@ class _Rules:
         return next(g for g in self.spec.sqlite if matches([g], rel))
 
 
-def explain(engine: Engine, adapter: str, paths: Sequence[str] = ()) -> list[Decision]:
+def explain(run: Configured, adapter: str, paths: Sequence[str] = ()) -> list[Decision]:
     """Decisions for every path of `adapter`'s live tree, or for `paths` (absolute, or
     relative to the live tree), in path order."""
-    spec = engine.config.adapter(adapter)
-    rules = _Rules.of(engine, spec)
+    spec = run.config.adapter(adapter)
+    rules = _Rules.of(run.config, spec)
     if not paths:
         return sorted(_walk(rules), key=lambda d: d.path)
     return [decide(rules, _relative(spec, p)) for p in paths]
@@ -215,14 +225,14 @@ def _hidden_by(rules: _Rules, rel: str) -> Decision | None:
 
 
 def _regular(rules: _Rules, rel: str, full: str, size: int) -> Decision:
-    base = sqlite.companion_base(rules.spec.live, rel)
+    base = files.companion_base(rules.spec.live, rel)
     if base is not None:
         return Decision(
             rel, "file", COMPANION, f"companion of unlisted database {base}", "SQLite header"
         )
     if rules.logs is not None and rules.logs.excluded(rel, False):
         return Decision(rel, "file", SEGMENTS, rules.segment_rule(rel), rules.source("segments"))
-    if size >= SQLITE_MIN_SIZE and sqlite.has_header(full):
+    if size >= files.MIN_SIZE and files.has_header(full):
         return Decision(
             rel,
             "file",
@@ -237,12 +247,12 @@ def lines(decisions: Iterable[Decision]) -> list[str]:
     return [str(d) for d in decisions]
 
 
-def command(engine: Engine, adapter: str, paths: Sequence[str], as_json: bool) -> int:
+def command(run: Configured, adapter: str, paths: Sequence[str], as_json: bool) -> int:
     """``syncengine explain``: print the decisions; exit 0 (2 for a bad adapter or path)."""
     import json
 
-    spec = engine.config.adapter(adapter)
-    decisions = explain(engine, adapter, paths)
+    spec = run.config.adapter(adapter)
+    decisions = explain(run, adapter, paths)
     if as_json:
         print(
             json.dumps(

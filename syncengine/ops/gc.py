@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from syncengine.checkpoint import execute as checkpoint
-from syncengine.checkpoint import segments
+from syncengine.checkpoint import checkpointer, segments
 from syncengine.config import AdapterSpec, GcConfig
 from syncengine.durable import manifest
 from syncengine.durable.store import MANIFEST_DIR, STAGING_DIR
@@ -52,7 +51,7 @@ from syncengine.local.status import restore_refusal
 from syncengine.ops.gcplan import FENCED, DeleteObjects, DeletePath, Facts, GcAction, plan, refusal
 
 if TYPE_CHECKING:
-    from syncengine.model import AdapterState
+    from syncengine.local.adapter import AdapterState
 
 log = logging.getLogger("syncengine")
 
@@ -239,7 +238,7 @@ def _write_base_without(
     if facts.last_seq > int(index.meta.get("manifest_seq", 0)):
         index.meta["manifest_seq"] = facts.last_seq
     state.store.barrier()
-    manifest_name = checkpoint.write_base(
+    manifest_name = checkpointer.write_base(
         state, (e for p, e in sorted(facts.entries.items()) if p not in gone), now_ns
     )
     for path in gone:

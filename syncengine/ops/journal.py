@@ -29,8 +29,8 @@ from pathlib import Path
 import attrs
 import xxhash
 
+from syncengine.durable.lifecycle import DurableStore
 from syncengine.durable.posix.store import PosixStore
-from syncengine.durable.store import Store
 from syncengine.errors import CommitRefused, ConfigError, DurableError, durable_error
 from syncengine.fs import savefile
 
@@ -66,7 +66,7 @@ class Journal:
 
     def __init__(
         self,
-        root: str | os.PathLike[str] | Store,
+        root: str | os.PathLike[str] | DurableStore,
         state_dir: str | os.PathLike[str],
         *,
         clock: Callable[[], int] = time.time_ns,

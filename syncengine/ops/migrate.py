@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 
 from syncengine.config import AdapterSpec, MigrateStep
+from syncengine.config.s3location import in_bucket, shown
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
-from syncengine.durable.s3.location import in_bucket, shown
 from syncengine.durable.store import Store
 from syncengine.errors import DurableError, SourceError
 from syncengine.local.lock import StateLock

@@ -13,7 +13,7 @@ from pathlib import Path
 import attrs
 
 from syncengine.config import Config
-from syncengine.durable.store import Store
+from syncengine.durable.lifecycle import DurableStore
 from syncengine.restore.openfiles import SnapshotOpen
 
 
@@ -27,7 +27,7 @@ class Setup:
 
     config: Config
     clock: Callable[[], int]
-    store: Callable[[Path], Store]  # the durable directory at a path (probed before a write)
+    store: Callable[[Path], DurableStore]  # the durable directory at a path (probed before a write)
     rename: Callable[[Path, str, str], None]  # (dir, name, new name): old-layout renames
     # (dir, name, new name): whether the new name holds a rename a killed run left half
     # done, which `rename` completes (a bucket: copy and delete per object; never on disk)

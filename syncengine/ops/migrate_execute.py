@@ -13,14 +13,15 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from syncengine.checkpoint.copier import upload
 from syncengine.config import AdapterSpec
-from syncengine.copier import stream, upload
+from syncengine.config.s3location import in_bucket
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
-from syncengine.durable.s3.location import in_bucket
 from syncengine.durable.store import ObjectInfo, Store, with_metadata
 from syncengine.errors import DurableError, SourceError, durable_error
 from syncengine.fs import savefile
+from syncengine.fs.stream import stream
 from syncengine.local.status import index_path
 from syncengine.ops.migrate_actions import (
     Action,
@@ -31,9 +32,10 @@ from syncengine.ops.migrate_actions import (
     Setup,
     Unlink,
 )
-from syncengine.patterns import Matcher, compile_patterns, database_patterns
+from syncengine.patterns import Matcher, compile_patterns
 from syncengine.restore import openfiles
 from syncengine.restore.openfiles import SnapshotOpen
+from syncengine.sqlite.files import database_patterns
 
 
 def db_matcher(spec: AdapterSpec) -> Matcher:

@@ -7,7 +7,7 @@ for a SQLite snapshot, the snapshot); a deterministic sample (seeded by the
 manifest's sequence number, so a rerun checks the same paths and
 ``sample=100`` checks all) is read back and hashed (a chain is rebuilt and
 hashed as restore would); every SQLite snapshot is copied to a local temp
-file and checked as checkpoint and restore check it (`sqlite_check`: corrupt
+file and checked as checkpoint and restore check it (`syncengine.sqlite.check`: corrupt
 is a problem, "could not check" a note; SQLite is never opened on the mount);
 files on the durable side that no entry names are listed, and fail the run
 only when `strict`.  A copy that differs from its entry is judged by the rule
@@ -40,7 +40,7 @@ from typing import Any
 import attrs
 import xxhash
 
-from syncengine.checkpoint.execute import staging_marker
+from syncengine.checkpoint.checkpointer import staging_marker
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import MANIFEST_DIR, Store

@@ -18,13 +18,13 @@ from typing import Any
 import attrs
 
 from syncengine.checkpoint import sqlite
-from syncengine.copier import stream
 from syncengine.durable import chain, chainread, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import ObjectInfo, Store
 from syncengine.errors import DurableError, SourceError, UnsafePath
+from syncengine.fs.stream import stream
 from syncengine.local.index import Index
-from syncengine.sqlite_check import UNCHECKED, CheckFailed
+from syncengine.sqlite.check import UNCHECKED, CheckFailed
 
 
 def _size_problem(st: ObjectInfo | None, size: int, what: str) -> str | None:

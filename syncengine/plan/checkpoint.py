@@ -4,7 +4,7 @@ Owns the checkpoint rules, not the I/O.  A checkpoint plan turns a scan and
 the index into one action per path that names what will really be done (a
 whole-file upload, hashed first or not, a segment append or a new chain, a
 compaction, a SQLite snapshot, a database companion skipped), so the dry run
-tells the truth and the executor (`syncengine.checkpoint.execute`) carries
+tells the truth and the executor (`syncengine.checkpoint.checkpointer`) carries
 the plan out instead of deciding again; what the planner must know of a
 file's content (a SQLite header) it asks a `Sniffer`.
 """
@@ -16,7 +16,7 @@ from typing import Protocol
 
 import attrs
 
-from syncengine.checkpoint.segments import MAX_SEGMENTS
+from syncengine.local.chainstate import MAX_SEGMENTS
 from syncengine.local.index import Index
 from syncengine.patterns import Matcher
 from syncengine.walk.job import ScanResult, Seen

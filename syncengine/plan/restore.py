@@ -3,7 +3,7 @@
 Owns the restore rules, not the I/O: the manifest (or a walk of an old
 durable tree) and the local tree's state become one action per path, among
 them invariant 5, never an older durable copy over a newer local file.  The
-executor (`syncengine.restore.execute`) carries the actions out.
+executor (`syncengine.restore.restorer`) carries the actions out.
 """
 
 from __future__ import annotations

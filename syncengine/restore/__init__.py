@@ -1,1 +1,2 @@
-"""Doing a restore: the executor, placing entries, SQLite databases and open files."""
+"""Doing a restore: the executor (`restorer`), placing entries, SQLite databases and
+open files."""

@@ -21,13 +21,13 @@ import stat
 
 import attrs
 
-from syncengine.copier import Vanished, link_hash, stream
 from syncengine.durable import chain, chainread, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import ObjectInfo, Opened, Store
 from syncengine.errors import DurableError, SourceError, source_error
 from syncengine.fs import savefile
 from syncengine.fs.safepath import DirCache, UnsafePath
+from syncengine.fs.stream import Vanished, link_hash, stream
 from syncengine.plan import Fetch, KeepLocal, LocalState, keep_reason
 
 log = logging.getLogger("syncengine")

@@ -23,10 +23,10 @@ import xxhash
 
 from syncengine.checkpoint import segments
 from syncengine.config import AdapterSpec, MigrateStep
-from syncengine.copier import stream
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import META_DIR, Store
 from syncengine.errors import DurableError, SourceError
+from syncengine.fs.stream import stream
 from syncengine.patterns import compile_patterns
 
 OPEN_DIR = f"{META_DIR}/migration/open"

@@ -6,7 +6,7 @@ onto a local disk: contiguous shares of about equal cost, one per core
 (`syncengine.walk.forked`), results sent back as picklable tuples, a share
 whose process failed done again here.  A durable-side error stops the run
 after every share's results are yielded, so what was placed is recorded.
-What the outcomes mean for the index and the report is `restore.execute`'s.
+What the outcomes mean for the index and the report is `restore.restorer`'s.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-from syncengine.copier import Vanished, in_order
 from syncengine.durable.store import Store
 from syncengine.errors import DurableError, SourceError
 from syncengine.fs.safepath import DirCache
+from syncengine.fs.stream import Vanished, in_order
 from syncengine.plan import Fetch, KeepLocal, MakeLink
 from syncengine.restore.fetch import Done, fetch_file, fetch_log, make_link
 from syncengine.walk import forked

@@ -1,7 +1,7 @@
 """SQLite databases on the restore side: keep a valid local one, else the verified snapshot.
 
 Owns the rules of a database restore, with the same check as the checkpoint
-(`sqlite_check.check`).  A local database that is not ``corrupt`` is
+(`sqlite.check.check`).  A local database that is not ``corrupt`` is
 authoritative (a hot restart may hold committed rows newer than the last
 snapshot); one the library could not check (``unchecked``: it uses what this
 SQLite lacks) is kept too, with a warning, since replacing a sound database
@@ -32,18 +32,17 @@ from pathlib import Path
 
 import attrs
 
-from syncengine.checkpoint.sqlite import COMPANIONS, Options, find_databases
-from syncengine.copier import stream
 from syncengine.durable import recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import ObjectInfo, Store
 from syncengine.errors import DurableError, SourceError, source_error
 from syncengine.fs import savefile
 from syncengine.fs.safepath import DirCache, UnsafePath
+from syncengine.fs.stream import stream
 from syncengine.local.index import DIRTY, Index
-from syncengine.patterns import matches
 from syncengine.plan import RestoreDB
-from syncengine.sqlite_check import CheckFailed, Verdict, check, connect
+from syncengine.sqlite.check import CheckFailed, Verdict, check, connect
+from syncengine.sqlite.files import COMPANIONS, LISTED, Options, find_databases, matches
 
 log = logging.getLogger("syncengine")
 
@@ -367,7 +366,7 @@ def record(index: Index, action: RestoreDB, outcome: Outcome, patterns: Sequence
             "mtime_ns": entry.mtime_ns,
             "snapshot_ns": entry.extra.get("snapshot_ns"),
             "_wal": None,
-            "_listed": matches(patterns, entry.path),
+            LISTED: matches(patterns, entry.path),
         }
         if snapshot
         else {}
@@ -381,7 +380,7 @@ def record(index: Index, action: RestoreDB, outcome: Outcome, patterns: Sequence
             hash64=0,
             mode=st.st_mode,
             kind="sqlite",
-            extra={"_listed": matches(patterns, entry.path)},
+            extra={LISTED: matches(patterns, entry.path)},
         )
         return
     if snapshot:

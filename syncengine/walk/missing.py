@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from syncengine.checkpoint import sqlite
+from syncengine.local.adapter import AdapterState
 from syncengine.local.dirtable import GONE
 from syncengine.local.index import DIR_ABSENT, Index, absent_passes
-from syncengine.model import AdapterState
+from syncengine.sqlite import files
 from syncengine.walk.job import ScanResult
 
 _ABSENT_CAP = 255
@@ -29,7 +29,7 @@ _ABSENT_CAP = 255
 
 def _listed(index: Index) -> list[str]:
     """Databases the adapter lists: never scanned as files (the sqlite module watches them)."""
-    return [p for p in index.extras if sqlite.is_listed(index, p)]
+    return [p for p, extra in index.extras.items() if files.is_listed(extra)]
 
 
 def walk_coverage(state: AdapterState, scan: ScanResult) -> dict[str, Any]:

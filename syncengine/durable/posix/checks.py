@@ -3,7 +3,7 @@
 Owns `CHECKS` (in order: write and close a new file, rename it over an
 existing one, set mode and mtime, append to an existing file), the `Trial`
 they share, and the errno sets that tell "this mount refuses that" from a
-broken mount.  Each check returns `probe.Capabilities` fields; an error it
+broken mount.  Each check returns `mount.Capabilities` fields; an error it
 does not expect propagates and stops the probe.  Making and removing the
 scratch directory, the cache and the health check are `probe`'s.
 """

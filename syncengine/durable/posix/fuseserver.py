@@ -21,12 +21,10 @@ README says so).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 import attrs
 
-if TYPE_CHECKING:
-    from syncengine.durable.posix.probe import MountInfo
+from syncengine.durable.posix.mount import MountInfo
 
 _PROC = "/proc"
 _CACHE: dict[str, Server] = {}  # mount key -> the server found last (checked by start time)
@@ -157,7 +155,7 @@ def find_server(info: MountInfo) -> Server | None:
 
 
 def instance(info: MountInfo | None) -> str:
-    """A string naming the mount instance `info` (from `probe.mount_of`): it changes when
+    """A string naming the mount instance `info` (from `mount.mount_of`): it changes when
     the mount is replaced, and at every boot.  Local reads of /proc only."""
     if info is None:
         return f"{boot_id()}/unknown-mount"

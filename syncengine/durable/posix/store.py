@@ -1,4 +1,4 @@
-"""The POSIX implementation of the durable `Store` (a local directory or a FUSE mount).
+"""The POSIX implementation of the durable `Store` and its `Lifecycle` (a directory or a mount).
 
 `PosixStore` is one adapter's durable directory: it publishes closed objects
 (staged in a dedicated ``.syncengine/staging`` directory, then renamed into
@@ -32,14 +32,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from syncengine.durable.lifecycle import Target, Uploads
 from syncengine.durable.posix.reading import PosixReader
 from syncengine.durable.store import (
     MANIFEST_DIR,
     META_DIR,
     OBJECTS_DIR,
     STAGING_DIR,
-    Target,
-    Uploads,
 )
 from syncengine.errors import (
     CommitRefused,
@@ -65,7 +64,8 @@ __all__ = [
 
 
 class PosixStore(PosixReader):
-    """One adapter's durable directory (a local path or a FUSE mount)."""
+    """One adapter's durable directory (a local path or a FUSE mount): implements `Store`
+    and, from the mount probe (`configure`), `Lifecycle`."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         super().__init__(root)

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from syncengine.config import Config
     from syncengine.durable.posix.fuseserver import Server
-    from syncengine.durable.posix.probe import Capabilities, MountInfo
+    from syncengine.durable.posix.mount import Capabilities, MountInfo
 
 log = logging.getLogger("syncengine")
 RCLONE_RC_DEFAULT = "localhost:5572"  # rclone's --rc-addr default

@@ -10,7 +10,7 @@ Retries (throttling, 5xx, a dropped connection) happen in the client, bounded
 
 from __future__ import annotations
 
-from syncengine.durable.s3.location import S3Location
+from syncengine.config.s3location import S3Location
 from syncengine.errors import DurableError
 
 _CREDENTIALS = (

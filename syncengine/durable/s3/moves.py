@@ -21,18 +21,26 @@ deleted).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import obstore
 import xxhash
 
 from syncengine.errors import DurableError
 
-if TYPE_CHECKING:
-    from syncengine.durable.s3.store import S3Store
+
+class Bucket(Protocol):
+    """What a rename uses of the store (`S3Store` is one): its client, how a key and a
+    failure read in a message."""
+
+    client: Any  # obstore's S3Store
+
+    def where(self, key: str) -> str: ...
+
+    def fail(self, operation: str, key: str, exc: BaseException) -> DurableError: ...
 
 
-def _objects(store: S3Store, rel: str) -> dict[str, Any]:
+def _objects(store: Bucket, rel: str) -> dict[str, Any]:
     """The objects a rename of `rel` moves: suffix ("" or "/sub/key") -> ObjectMeta."""
     found: dict[str, Any] = {}
     try:
@@ -52,7 +60,7 @@ def _objects(store: S3Store, rel: str) -> dict[str, Any]:
     return found
 
 
-def _digest(store: S3Store, key: str) -> int:
+def _digest(store: Bucket, key: str) -> int:
     h = xxhash.xxh3_64()
     try:
         for chunk in obstore.get(store.client, key).stream(min_chunk_size=1024 * 1024):
@@ -62,7 +70,7 @@ def _digest(store: S3Store, key: str) -> int:
     return h.intdigest()
 
 
-def _same(store: S3Store, a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def _same(store: Bucket, a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Whether two objects hold the same bytes: size and ETag, else (a multipart
     object's copy may get a new ETag) the bytes themselves."""
     if a["size"] != b["size"]:
@@ -72,7 +80,7 @@ def _same(store: S3Store, a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return _digest(store, a["path"]) == _digest(store, b["path"])
 
 
-def _compatible(store: S3Store, src: dict[str, Any], dst: dict[str, Any]) -> bool:
+def _compatible(store: Bucket, src: dict[str, Any], dst: dict[str, Any]) -> bool:
     """`dst` is what a rename of `src` killed midway leaves: one holds a subset of the
     other's names, and the objects under both names are the same."""
     if not (dst.keys() <= src.keys() or src.keys() <= dst.keys()):
@@ -80,13 +88,13 @@ def _compatible(store: S3Store, src: dict[str, Any], dst: dict[str, Any]) -> boo
     return all(_same(store, src[k], dst[k]) for k in sorted(src.keys() & dst.keys()))
 
 
-def unfinished(store: S3Store, rel: str, new_rel: str) -> bool:
+def unfinished(store: Bucket, rel: str, new_rel: str) -> bool:
     """Whether `new_rel` holds an unfinished rename of `rel` that `rename_new` completes."""
     src, dst = _objects(store, rel), _objects(store, new_rel)
     return bool(src) and bool(dst) and _compatible(store, src, dst)
 
 
-def rename_new(store: S3Store, rel: str, new_rel: str) -> None:
+def rename_new(store: Bucket, rel: str, new_rel: str) -> None:
     """Move every object of `rel` to `new_rel`, a name that is free or holds an
     unfinished rename of `rel` (see the module docstring)."""
     src, dst = _objects(store, rel), _objects(store, new_rel)

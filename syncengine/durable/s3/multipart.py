@@ -14,8 +14,8 @@ from __future__ import annotations
 import datetime
 from typing import IO, Any
 
+from syncengine.config.s3location import S3Location
 from syncengine.durable.s3 import failures
-from syncengine.durable.s3.location import S3Location
 
 PART_SIZE = 16 * 1024 * 1024
 

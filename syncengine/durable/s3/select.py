@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 import attrs
 
 from syncengine.config import Config
+from syncengine.config import s3location as location
+from syncengine.config.s3location import S3Location
+from syncengine.durable.lifecycle import DurableStore
 from syncengine.durable.posix.store import PosixStore
-from syncengine.durable.s3 import location
-from syncengine.durable.s3.location import S3Location
-from syncengine.durable.store import Store
 from syncengine.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def _location(config: Config) -> S3Location:
     return config.s3
 
 
-def _store(config: Config, path: Path) -> Store:
+def _store(config: Config, path: Path) -> DurableStore:
     """The store of a path in the bucket: under the durable root, or (a legacy tree that
     migrate reads, config key ``home``) elsewhere in the same bucket."""
     from syncengine.durable.s3.store import S3Store
@@ -53,7 +53,7 @@ def _store(config: Config, path: Path) -> Store:
     return S3Store(attrs.evolve(base, prefix="" if rel == "." else rel))
 
 
-def stores(config: Config) -> Callable[[Path], Store]:
+def stores(config: Config) -> Callable[[Path], DurableStore]:
     """The engine's `stores` factory for an s3:// durable_root."""
     try:
         from syncengine.durable.s3.store import S3Store  # noqa: F401
@@ -63,9 +63,11 @@ def stores(config: Config) -> Callable[[Path], Store]:
 
 
 def migration(
-    config: Config, durable: Callable[[Path], Store]
+    config: Config, durable: Callable[[Path], DurableStore]
 ) -> tuple[
-    Callable[[Path], Store], Callable[[Path, str, str], None], Callable[[Path, str, str], bool]
+    Callable[[Path], DurableStore],
+    Callable[[Path, str, str], None],
+    Callable[[Path, str, str], bool],
 ]:
     """What `syncengine migrate` works with on an s3:// durable_root: the store of a path
     (`durable` for one in the bucket, a local directory otherwise: a legacy ``home`` on
@@ -74,7 +76,7 @@ def migration(
     a killed run left half done (never on disk: a rename there is atomic)."""
     where = _location(config)
 
-    def store(path: Path) -> Store:
+    def store(path: Path) -> DurableStore:
         return durable(path) if location.in_bucket(where, path) else PosixStore(path)
 
     def rename(path: Path, rel: str, new_rel: str) -> None:

@@ -42,9 +42,10 @@ except ImportError as _exc:  # pragma: no cover - the extra is installed in the 
         "the S3 durable backend needs the s3 extra: pip install 'syncengine[s3]'"
     ) from _exc
 
+from syncengine.config.s3location import S3Location
+from syncengine.durable.lifecycle import AtomicPutStore, DurableStore
 from syncengine.durable.s3 import failures, moves, multipart
-from syncengine.durable.s3.location import S3Location
-from syncengine.durable.store import META_DIR, AtomicPutStore, ObjectInfo, Opened, Store
+from syncengine.durable.store import META_DIR, ObjectInfo, Opened
 from syncengine.errors import CommitRefused, DurableError, NameTaken, SharedRoot
 
 SINGLE_PUT_MAX = 64 * 1024 * 1024
@@ -99,7 +100,7 @@ class _Writer:
 
 
 class S3Store(AtomicPutStore):
-    """One adapter's durable prefix in a bucket (implements `Store`)."""
+    """One adapter's durable prefix in a bucket (implements `Store` and `Lifecycle`)."""
 
     def __init__(self, where: S3Location) -> None:
         self.location = where
@@ -329,8 +330,8 @@ def _info(key: str, meta: Any, attributes: Any, *, exact: bool = True) -> Object
     return ObjectInfo(key, int(meta["size"]), mtime_ns, mode, "file", exact=exact)
 
 
-def _conforms(where: S3Location) -> Store:
-    return S3Store(where)  # mypy: S3Store implements the Protocol
+def _conforms(where: S3Location) -> DurableStore:
+    return S3Store(where)  # mypy: S3Store implements both Protocols
 
 
 __all__ = ["SINGLE_PUT_MAX", "S3Store", "client"]

@@ -4,7 +4,9 @@ The configuration builds one from ``durable_root = "s3://BUCKET/PREFIX"`` and th
 standard AWS variables and files (`from_environment`, given the mapping
 syncengine.config reads: nothing here reads ``os.environ``).  No client library
 is imported here, so the core parses an s3:// root without the ``s3`` extra.
-Secrets never appear in `repr` or `describe`.
+Secrets never appear in `repr` or `describe`.  It lives with the configuration,
+below ``durable/s3/``, because the configuration builds it and the S3 store,
+``status`` and ``migrate`` read it.
 """
 
 from __future__ import annotations

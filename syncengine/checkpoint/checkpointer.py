@@ -31,20 +31,18 @@ from pathlib import Path
 import attrs
 
 from syncengine.checkpoint import record, segments, sqlite, sqlite_pass
+from syncengine.checkpoint.copier import Copied
 from syncengine.checkpoint.publish import Pass, collect, publish_all
 from syncengine.checkpoint.record import GRANULARITY_NS
 from syncengine.checkpoint.record import (
     write_base as write_base,  # gc writes its base manifest with it
 )
-from syncengine.copier import (
-    Copied,
-    link_hash,
-)
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
 from syncengine.errors import DurableError, NameTaken, local_error
+from syncengine.fs.stream import link_hash
 from syncengine.local import behind, chainstate
-from syncengine.model import AdapterState
+from syncengine.local.adapter import AdapterState
 from syncengine.plan import (
     PUBLISHING,
     AppendSegments,
@@ -61,6 +59,7 @@ from syncengine.plan import (
 )
 from syncengine.progress import SILENT, Reporter
 from syncengine.report import AdapterReport, PathError
+from syncengine.sqlite import files
 
 log = logging.getLogger("syncengine")
 Publishing = Upload | AppendSegments | Compact | PlainCopy | Snapshot
@@ -73,10 +72,10 @@ class LiveContent:
     live: Path
 
     def is_database(self, path: str) -> bool:
-        return sqlite.has_header(f"{self.live}/{path}")
+        return files.has_header(f"{self.live}/{path}")
 
     def database_of(self, path: str) -> str | None:
-        return sqlite.companion_base(self.live, path)
+        return files.companion_base(self.live, path)
 
 
 def run(

@@ -17,8 +17,8 @@ from typing import Any
 
 import attrs
 
-from syncengine.adapterspec import AdapterSpec, adapter_name, adapter_spec, place
-from syncengine.confignumbers import check_number
+from syncengine.config.adapterspec import AdapterSpec, adapter_name, adapter_spec, place
+from syncengine.config.numbers import check_number
 from syncengine.errors import ConfigError
 
 

@@ -28,7 +28,7 @@ CHECK_DURABLE = (
 
 
 def add_parser(command: Any) -> None:
-    """The ``lease`` command (`command`: cliargs' `_command` bound to the subparsers)."""
+    """The ``lease`` command (`command`: `args._command` bound to the subparsers)."""
     sub = command(
         "lease",
         help="the durable root's lease: one writer per durable root",

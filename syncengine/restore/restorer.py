@@ -32,16 +32,16 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 
-from syncengine.checkpoint import execute as checkpoint
-from syncengine.copier import Vanished
+from syncengine.checkpoint import checkpointer as checkpoint
 from syncengine.durable import manifest, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import Store, with_metadata
 from syncengine.errors import DurableError, SourceError
 from syncengine.fs.safepath import DirCache, UnsafePath, check_relpath
+from syncengine.fs.stream import Vanished
 from syncengine.local import chainstate, seed
+from syncengine.local.adapter import AdapterState
 from syncengine.local.index import DIRTY, Index
-from syncengine.model import AdapterState
 from syncengine.plan import (
     Fetch,
     KeepLocal,

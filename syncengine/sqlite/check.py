@@ -42,8 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from syncengine.copier import SQLITE_HEADER
-from syncengine.patterns import COMPANIONS
+from syncengine.sqlite.files import HEADER
 
 if TYPE_CHECKING:
     import apsw
@@ -254,7 +253,7 @@ def writer_version(header: bytes) -> int | None:
 def _header_verdict(header: bytes) -> tuple[str, str] | None:
     if not header:
         return None  # an empty file is an empty database
-    if len(header) < 100 or not header.startswith(SQLITE_HEADER):
+    if len(header) < 100 or not header.startswith(HEADER):
         return CORRUPT, "not a SQLite database: no SQLite header"
     page = struct.unpack(">H", header[16:18])[0]
     if (
@@ -341,10 +340,8 @@ def _per_table(con: apsw.Connection, first: str) -> tuple[str, str]:
 
 
 __all__ = [
-    "COMPANIONS",
     "CORRUPT",
     "OK",
-    "SQLITE_HEADER",
     "UNCHECKED",
     "CheckFailed",
     "Verdict",

@@ -1,7 +1,7 @@
 """The command line's grammar: commands, options, their checks and the ``--help`` text.
 
 Owns what ``syncengine`` accepts, and nothing it does: `build_parser` gives
-the parser `syncengine.cli` runs.  Global options are accepted before and
+the parser `syncengine.cli.commands` runs.  Global options are accepted before and
 after the command.  Argument values that cannot be right (a percentage above
 100, negative seconds) are refused here with exit 2; configuration values
 (``--jobs``, ``run --interval``) are checked by `syncengine.config` with the
@@ -16,7 +16,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from syncengine import __version__, clilease
+from syncengine.__about__ import __version__
+from syncengine.cli import lease
 
 EPILOG = """\
 exit codes:
@@ -195,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pass_commands(sub)  # in this order in --help
     _durable_commands(sub)
     _explain_and_run(sub)
-    clilease.add_parser(functools.partial(_command, sub))
+    lease.add_parser(functools.partial(_command, sub))
     return p
 
 
@@ -223,7 +224,7 @@ def _pass_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="skip (exit 0) if another checkpoint or restore is running "
         "(for timers); by default wait for it",
     )
-    c.add_argument("--check-durable", action="store_true", help=clilease.CHECK_DURABLE)
+    c.add_argument("--check-durable", action="store_true", help=lease.CHECK_DURABLE)
 
     r = _command(
         sub,
@@ -237,7 +238,7 @@ def _pass_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     r.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
     r.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
-    r.add_argument("--takeover", action="store_true", help=clilease.TAKEOVER)
+    r.add_argument("--takeover", action="store_true", help=lease.TAKEOVER)
 
     s = _command(
         sub,
@@ -393,5 +394,5 @@ def _explain_and_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action="store_true",
         help="walk the trees every pass instead of using inotify hints",
     )
-    u.add_argument("--takeover", action="store_true", help=clilease.TAKEOVER)
+    u.add_argument("--takeover", action="store_true", help=lease.TAKEOVER)
     u.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")

@@ -1,4 +1,4 @@
-"""Configuration: the only module that reads the environment and TOML files.
+"""Configuration: this package's face, and the only module that reads the environment and TOML.
 
 Turns built-in adapter descriptions (``adapters/*.toml``), environment
 variables, an optional config file and command-line overrides into one frozen
@@ -9,13 +9,18 @@ else in the package may read ``os.environ``.
 Every value is checked before anything runs, so a bad one is one line naming
 the key and the fix (`ConfigError`, exit 2): a TOML value must have its TOML
 type (``jobs = "8"`` is refused; only environment variables are text, parsed
-here), numbers must be finite and in range (`confignumbers.RANGES`), and a relative path in
+here), numbers must be finite and in range (`numbers.RANGES`), and a relative path in
 a config file is taken relative to that file's folder.  Adapter tables are
 checked, and each adapter's live and durable trees placed (the design's
 ``CODEX_HOME``, ``CODEX_DURABLE``, ... named in the adapter files), by
-`syncengine.adapterspec`; this module hands it the environment.  ``HOME``
+`syncengine.config.adapterspec`; this module hands it the environment.  ``HOME``
 (config key ``home``) is where `syncengine migrate` finds the old layout's
 home directories.
+
+The package below it reads nothing itself: `layers` (which layer each value
+came from, and the adapter list), `numbers` (what each number may be),
+`adapterspec` (an adapter table, checked and placed; an adapter's exclusions)
+and `s3location` (an ``s3://`` durable root as plain values).
 """
 
 from __future__ import annotations
@@ -28,15 +33,15 @@ from typing import Any
 
 import attrs
 
-from syncengine.adapterspec import (
+from syncengine.config import s3location as s3_location
+from syncengine.config.adapterspec import (
     AdapterSpec,
     MigrateStep,
     check_overlaps,
 )
-from syncengine.configlayers import Layers, adapter_specs
-from syncengine.confignumbers import check_number
-from syncengine.durable.s3 import location as s3_location
-from syncengine.durable.s3.location import S3Location
+from syncengine.config.layers import Layers, adapter_specs
+from syncengine.config.numbers import check_number
+from syncengine.config.s3location import S3Location
 from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
@@ -128,7 +133,7 @@ class Config:
 
 def builtin_adapter_dir() -> Path:
     """Where the shipped adapters/*.toml live: inside the wheel, or the source tree."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # the package root, above config/
     for candidate in (here / "_adapters", here.parent / "adapters"):
         if candidate.is_dir():
             return candidate

@@ -1,9 +1,11 @@
-"""The ``syncengine`` command line: build the engine, run the command, print results.
+"""The ``syncengine`` command line: build the engine, run the command, map the outcome.
 
-Owns logging setup, printing reports and the mapping of outcomes to exit
-codes: 0 done, 1 incomplete (some path or adapter failed; named on stderr),
-2 usage or configuration error.  The grammar (options, ``--help``) is in
-`syncengine.cliargs`; all behaviour lives in the engine.
+Owns `main` (the console script, through `syncengine.cli`), logging setup and
+the mapping of outcomes to exit codes: 0 done, 1 incomplete (some path or
+adapter failed; named on stderr), 2 usage or configuration error.  The
+grammar (options, ``--help``) is `syncengine.cli.args`; what is printed,
+`syncengine.cli.printing`; the ``lease`` command, `syncengine.cli.lease`; all
+behaviour lives in the engine.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Any, TextIO
 
 import attrs
 
-from syncengine.cliargs import build_parser
+from syncengine.cli import printing
+from syncengine.cli.args import build_parser
 from syncengine.engine import Engine
 from syncengine.errors import SyncEngineError
 from syncengine.fs import savefile
@@ -67,46 +70,6 @@ def _setup_logging(verbose: int, quiet: bool, as_json: bool = False) -> None:
     root.propagate = False
 
 
-def _print_report(report: Report, quiet: bool) -> None:
-    if report.skipped_busy:
-        print("checkpoint skipped: another checkpoint or restore is running")
-        return
-    stopped: dict[str, list[str]] = {}  # one message, every adapter it stopped
-    for a in report.adapters:
-        if a.fatal:
-            stopped.setdefault(a.fatal, []).append(a.name)
-        elif report.dry_run:
-            print(f"{a.name}: {len(a.plan)} action(s)")
-            for line in a.plan:
-                print(f"  {line}")
-        elif not quiet:
-            verb = "published" if report.operation == "checkpoint" else "restored"
-            extra = f", {a.kept_local} newer local kept" if report.operation == "restore" else ""
-            if a.changed:
-                extra += f", {a.changed} changed while copied (taken again next pass)"
-            if a.plain_copies:
-                extra += f", {a.plain_copies} transcript(s) whole at their plain path"
-            if a.dirs:
-                extra += f", {a.dirs} director{'y' if a.dirs == 1 else 'ies'}"
-            print(
-                f"{a.name}: {verb} {a.files} file(s), {a.bytes} bytes, "
-                f"{a.unchanged} unchanged{extra}"
-            )
-        for e in a.errors:
-            print(f"syncengine: {e}", file=sys.stderr)
-    for message, names in stopped.items():
-        print(
-            f"syncengine: {report.operation} stopped ({', '.join(names)}): {message}",
-            file=sys.stderr,
-        )
-    if not report.ok:
-        print(
-            f"syncengine: {report.operation} incomplete: {len(report.errors)} path error(s), "
-            f"{sum(len(n) for n in stopped.values())} adapter(s) stopped",
-            file=sys.stderr,
-        )
-
-
 def _progress_bar(args: argparse.Namespace, stream: TextIO) -> TextIO | None:
     """Where a one-shot checkpoint, restore or verify draws its progress bar: stderr when it
     is a terminal, unless -q, -v (the *.progress log lines say it) or --log-json."""
@@ -115,110 +78,6 @@ def _progress_bar(args: argparse.Namespace, stream: TextIO) -> TextIO | None:
     if args.quiet or args.verbose or args.log_json or not stream.isatty():
         return None
     return stream
-
-
-def _fmt_time(ns: Any) -> str:
-    if not ns:
-        return "never"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(ns) / 1e9))
-
-
-_UNSET = {"write_back": "auto (the probe decides)"}  # what a key left unset means
-
-
-def _print_status(status: dict[str, Any], *, as_json: bool = False) -> None:
-    if as_json:
-        print(json.dumps(status, indent=2))
-        return
-    print("configuration:")
-    width = max(map(len, status["config"]), default=0)
-    for key, (value, source) in status["config"].items():
-        shown = _UNSET.get(key, "not set") if value is None else value
-        print(f"  {key:<{width}}  {shown}  ({source})")
-    caps = status.get("durable_probe")
-    if caps:
-        print(
-            f"durable root probe ({_fmt_time(caps.get('probed_ns'))}, "
-            f"{caps.get('fstype') or 'unknown fs'}): {caps['summary']}"
-        )
-    elif str(status["config"]["durable_root"][0]).startswith("s3 "):
-        print("durable root probe: none (an S3 bucket, reached through its API)")
-    else:
-        print("durable root probe: not yet (runs at the first checkpoint that writes)")
-    wb = status.get("write_back")
-    if wb:
-        print(f"  {'' if wb['confirmed'] else 'WARNING: '}{wb['text']}")
-    restore = status.get("restore")
-    if restore:
-        state = "complete" if restore.get("complete") else "INCOMPLETE"
-        print(f"last restore: {state} at {_fmt_time(restore.get('finished_ns'))}")
-    lib = status.get("sqlite") or {}
-    if lib:
-        print(
-            f"SQLite library: {lib['version']} ({lib.get('library', '?')}"
-            f"{', bundled' if lib.get('bundled') else ''})"
-        )
-        if lib.get("warning"):
-            print(f"  WARNING: {lib['warning']}")
-    daemon = status.get("daemon")
-    if daemon:
-        state = f"running (pid {daemon.get('pid')})" if daemon.get("running") else "not running"
-        print(
-            f"daemon: {state}, mode {daemon.get('mode')}, interval {daemon.get('interval')}s, "
-            f"last pass {_fmt_time(daemon.get('last_pass_ns'))}"
-            + (f", last error: {daemon['last_error']}" if daemon.get("last_error") else "")
-            + (", FINAL CHECKPOINT INCOMPLETE" if daemon.get("final_ok") is False else "")
-        )
-    from syncengine import clilease
-
-    print("\n".join(clilease.status_lines(status)))
-    print("adapters:")
-    running = bool(daemon and daemon.get("running"))
-    for a in status["adapters"]:
-        _print_adapter_status(a, running)
-
-
-def _print_adapter_status(a: dict[str, Any], running: bool) -> None:
-    """One adapter's lines of `syncengine status` (`running`: the daemon is)."""
-    print(
-        f"  {a['name']}: {a['live']} ({a['live_source']}) -> {a['durable']} ({a['durable_source']})"
-    )
-    if a.get("warning"):
-        print(f"    WARNING: {a['warning']}")
-    if not a["live_exists"] and not a["indexed_files"] and not a.get("total_files"):
-        print("    live tree does not exist yet (nothing to checkpoint)")
-        return
-    if not a["live_exists"]:
-        print("    live tree does not exist (it had files: restore brings them back)")
-    print(
-        f"    last checkpoint: {_fmt_time(a.get('last_checkpoint_ns'))}; "
-        f"last pass published {a.get('last_files', 0)} file(s), "
-        f"{a.get('last_bytes', 0)} bytes; total {a.get('total_files', 0)} file(s), "
-        f"{a.get('total_bytes', 0)} bytes; {a['indexed_files']} indexed"
-    )
-    if a.get("unconfirmed"):
-        print(
-            f"    {a['unconfirmed']} path(s) published through the write-back mount and "
-            "not confirmed in the bucket (checked again at the next start)"
-        )
-    for db in a.get("databases", []):
-        print(
-            f"    database {db['path']}: last snapshot {_fmt_time(db.get('snapshot_ns'))}, "
-            f"{db.get('size', 0)} bytes"
-        )
-    if a.get("loss_window_s") is not None:
-        pending = a.get("pending")
-        print(
-            f"    loss window: {a.get('loss_window_s')}s since the last checkpoint"
-            + (
-                ""
-                if not running
-                else "; pending: "
-                + ("full walk due" if pending is None else f"{pending} changed path(s)")
-            )
-        )
-    if a.get("last_error"):
-        print(f"    last error: {a['last_error']}")
 
 
 def _export(engine: Engine, path: str, adapter: str | None, output: str | None) -> int:
@@ -260,9 +119,9 @@ def _journal(engine: Engine, action: str, session: str) -> int:
 def _run(engine: Engine, args: argparse.Namespace) -> int:
     """``run`` (and ``lease``, the other command about who writes the durable root)."""
     if args.command == "lease":
-        from syncengine import clilease
+        from syncengine.cli import lease
 
-        return clilease.command(engine, args)
+        return lease.command(engine, args)
     from syncengine.daemon.runner import Runner
     from syncengine.daemon.supervisor import Supervisor
 
@@ -317,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bar is not None:
             engine.progress = attrs.evolve(engine.progress, bar=bar)
         if args.command == "status":
-            _print_status(engine.status(), as_json=args.json)
+            printing.status(engine.status(), as_json=args.json)
             return 0
         if args.command == "export":
             return _export(engine, args.path, args.adapter, args.output)
@@ -362,11 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         _release_lease(engine)
-    _print_report(report, args.quiet)
+    printing.report(report, args.quiet)
     return report.exit_code
 
 
-__all__ = ["build_parser", "main"]
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["main"]

@@ -1,25 +1,25 @@
-"""Values shared by the pipeline's stages: an adapter as a run sees it.
+"""One adapter as a run sees it on this machine: its live root, store and loaded index.
 
 Owns `AdapterState`, which checkpoint, restore, gc, seeding and the missing-path
 search all work on, so that none of them imports another's executor for it.
-Holds no behaviour: what is done with an adapter lives with the stage doing it.
+It lives in `local/` because it holds this machine's `Index` and the stages
+above read it; what it names below (the store, the SQLite options, the lease
+fence) comes from the layers under `local/`.  Holds no behaviour: what is done
+with an adapter lives with the stage doing it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import attrs
 
-from syncengine.durable.store import Store
+from syncengine.durable.lifecycle import DurableStore
+from syncengine.durable.manifest import Fence
 from syncengine.local.index import Index
 from syncengine.notices import Notices
 from syncengine.patterns import Matcher
-
-if TYPE_CHECKING:  # a type only: the model does not depend on the checkpoint stage
-    from syncengine.checkpoint.sqlite import Options
-    from syncengine.durable.manifest import Fence
+from syncengine.sqlite.files import Options
 
 
 @attrs.define
@@ -28,7 +28,7 @@ class AdapterState:
 
     name: str
     live: Path
-    store: Store
+    store: DurableStore  # its data, and the lifecycle the checkpoint executor uses
     index: Index
     index_path: Path
     staging_marker: Path

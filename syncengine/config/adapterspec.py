@@ -8,7 +8,9 @@ live and durable trees are (`place`): a flag, else the config file's
 ``[live]`` / ``[durable]`` table, else the first set environment variable the
 adapter names (``live_env = ["CODEX_HOME"]``, ``"GEMINI_CLI_HOME/.gemini"``:
 a variable plus a path below it), else its ``live`` / ``durable`` under the
-roots.  It reads no environment and no file: `syncengine.config` hands it
+roots.  And what a walk of an adapter's live tree leaves out
+(`exclusion_patterns`, `skip_dirs`), which the engine and ``explain`` both
+apply.  It reads no environment and no file: `syncengine.config` hands it
 parsed tables, the environment mapping and the resolved roots.
 """
 
@@ -23,6 +25,7 @@ from typing import Any, TypeGuard
 import attrs
 
 from syncengine.errors import ConfigError
+from syncengine.sqlite.files import database_patterns
 
 ADAPTER_KEYS = frozenset(
     {
@@ -89,6 +92,30 @@ class AdapterSpec:
 
     def __str__(self) -> str:
         return f"{self.name}: {self.live} -> {self.durable}"
+
+
+# A durable tree's own directory, never live state: the old rsync script's restore
+# (after a rollback) copies it into the live tree, and published back it would land
+# over the manifest and chains it is a copy of.
+RESERVED = "/.syncengine/"
+
+
+def exclusion_patterns(spec: AdapterSpec) -> tuple[str, ...]:
+    """An adapter's exclusions: its own list plus its SQLite databases and companions,
+    and `RESERVED`.
+
+    A listed database is never copied as a file: its WAL and SHM are read at
+    different transaction boundaries (the SQLite adapter snapshots it instead).
+    """
+    return spec.exclude + database_patterns(spec.sqlite) + (RESERVED,)
+
+
+def skip_dirs(spec: AdapterSpec, state_dir: Path) -> frozenset[str]:
+    """The directory a walk of the live tree never enters: the state directory, when it
+    lies inside that tree."""
+    if spec.live in state_dir.parents:
+        return frozenset({state_dir.relative_to(spec.live).as_posix()})
+    return frozenset()
 
 
 def plain_text(value: Any) -> TypeGuard[str]:
