@@ -371,7 +371,13 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
                 landing(upload)
             return 0
         st = self._lstat(path) if path else None
-        if path and st and not self.args.ignore_setattr and not self._writer(path):
+        # A handle whose bytes are still to commit would replace the object (and its
+        # attributes) at close: ignored.  One already committed at flush only waits for
+        # the kernel's release, which comes asynchronously after close() returned: the
+        # object is there, so chmod/utime reach it (else a close, rename, utime raced the
+        # release and lost the utime on a loaded machine).
+        writer = self._writer(path) if path else None
+        if path and st and not self.args.ignore_setattr and not (writer and writer.dirty):
             apply(self._real(path), st)
         return 0
 
