@@ -13,7 +13,8 @@ restore (in process, into a fresh root, taking the killed holder's lease over)
 gives each file one whole version it had and a log that is a prefix of the live
 one; every fifth trial a complete
 checkpoint follows, which must leave no upload open and restore the live tree
-exactly.
+exactly.  The 50 kills are five tests of ten (each its own bucket and seed), so
+they run in parallel workers.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from tests.helpers import files
 from tests.s3server import S3Server
 from tests.test_s3 import RAW, Deployment
 
-KILLS = 50
-MAX_TRIALS = 80  # a kill can land after the completion: trials until KILLS landed inside
+SHARES = 5  # independent tests of KILLS kills each (own bucket and seed): run in parallel
+KILLS = 10  # 50 in all
+MAX_TRIALS = 16  # a kill can land after the completion: trials until KILLS landed inside
 BIG = 9 * 2**20  # two parts of PART_SIZE, over SINGLE_PUT_MAX
 SMALL_PARTS = r"""
 import sys
@@ -107,8 +109,9 @@ def _restore(dep: Deployment, root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_fifty_kills_mid_multipart_upload_restore_consistently(dep: Deployment) -> None:
-    rng = random.Random(int(os.environ.get("SYNCENGINE_CRASH_SEED", "1550")))
+@pytest.mark.parametrize("share", range(SHARES))
+def test_fifty_kills_mid_multipart_upload_restore_consistently(dep: Deployment, share: int) -> None:
+    rng = random.Random(int(os.environ.get("SYNCENGINE_CRASH_SEED", "1550")) + share)
     seen: dict[str, set[bytes]] = {}
     kills = trials = 0
     t0 = time.monotonic()
