@@ -213,7 +213,7 @@ def test_wheel_ships_the_builtin_adapters(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    (wheel,) = tmp_path.glob("syncengine-*.whl")
+    (wheel,) = tmp_path.glob("agent_state_checkpoints-*.whl")  # the distribution name (pyproject)
     names = set(zipfile.ZipFile(wheel).namelist())
     for harness in LAYOUT:
         assert f"syncengine/_adapters/{harness}.toml" in names

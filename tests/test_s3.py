@@ -300,7 +300,7 @@ def test_without_the_extra_the_error_names_it(dep: Deployment, tmp_path: Path) -
     (dep.local / "x/a.txt").write_text("alpha\n")
     proc = dep.run("checkpoint", env=env)
     assert proc.returncode == 2, proc.stderr
-    assert "pip install 'syncengine[s3]'" in proc.stderr and "Traceback" not in proc.stderr
+    assert "pip install -e '.[s3]'" in proc.stderr and "Traceback" not in proc.stderr
     local_root = {**env, "DATA_DIR": str(tmp_path / "data")}
     assert dep.run("status", env=local_root).returncode == 0  # the core runs without it
 

@@ -39,7 +39,8 @@ try:
     from obstore.store import S3Store as _Client
 except ImportError as _exc:  # pragma: no cover - the extra is installed in the tests
     raise ImportError(
-        "the S3 durable backend needs the s3 extra: pip install 'syncengine[s3]'"
+        "the S3 durable backend needs the s3 extra: pip install -e '.[s3]' in a clone of "
+        'syncengine (docs/STORAGE.md "Straight to S3")'
     ) from _exc
 
 from syncengine.config.s3location import S3Location
