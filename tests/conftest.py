@@ -83,7 +83,7 @@ rclone_factory = rclone_mount.rclone_factory  # real rclone mounts (tests/rclone
 __all__ = ["bucket", "bucket_factory", "rclone_factory", "s3_server"]
 
 DURABLE_KINDS = ("dir", "bucket")
-# Read by syncengine's configuration (README "Configuration"): never from the caller's shell.
+# Read by syncengine's configuration (docs/CONFIGURATION.md): never from the caller's shell.
 DESIGN_VARIABLES = frozenset(
     {
         "SYNCENGINE_CONFIG",

@@ -1,5 +1,5 @@
-"""examples/entrypoint.sh, the one-line entrypoint README "Switching from agent-state.sh"
-gives, run as a shell script against local directories with a fake server.
+"""examples/entrypoint.sh, the one-line entrypoint docs/MIGRATING.md "Switching from
+agent-state.sh" gives, run as a shell script against local directories with a fake server.
 
 It must do what the design's entrypoint did: migrate the old layout, restore before
 the server starts, checkpoint while it runs, and on SIGTERM forward the signal and take
@@ -105,12 +105,12 @@ def test_the_entrypoint_example_migrates_restores_runs_and_takes_the_final_check
     assert (live / "hermes/config.yaml").read_text() == "model: m\n"
 
 
-def test_the_readme_gives_the_tested_line() -> None:
+def test_the_migration_page_gives_the_tested_line() -> None:
     line = 'syncengine migrate && exec syncengine run -- "$@"'
     assert line in SCRIPT.read_text().splitlines()
-    readme = (REPO / "README.md").read_text()
-    assert line in readme
+    page = (REPO / "docs/MIGRATING.md").read_text()
+    assert line in page
     assert (
         'ENTRYPOINT ["/bin/sh", "-c", "syncengine migrate && exec syncengine run -- '
         '\\"$@\\"", "entrypoint"]'
-    ) in readme
+    ) in page

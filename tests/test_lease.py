@@ -678,7 +678,7 @@ def test_a_fenced_engine_writes_no_released_renewal_at_its_end(
 def test_an_unknown_holder_holds_the_lease_for_lease_seconds_at_most(
     tree: Tree, held_by: str
 ) -> None:
-    """A limit, stated in the README: a newest lease object that cannot be read (a holder
+    """A limit, stated in docs/OPERATING.md: a newest lease object that cannot be read (a holder
     killed while creating it on a mount without rename), or a generation a manifest names
     above every lease object left (its objects lost; written by another state dir), may
     be a live holder's, so every other instance waits, but `lease_seconds` at most from

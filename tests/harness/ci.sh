@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI step (called by .ci/run after the default test run): the harness suite of
-# README "Harnesses". Installs the six harness CLIs pinned in
+# docs/HARNESSES.md. Installs the six harness CLIs pinned in
 # tests/harness/versions.toml into .harness/ (git-ignored; reused by a second run)
 # and runs them against the suite's fake model server on 127.0.0.1. Needs npm, git
 # and the npm and PyPI registries. Budget: ~15 minutes on 2 cores, installs included.

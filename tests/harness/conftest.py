@@ -1,7 +1,7 @@
 """Fixtures of the harness suite: installed CLIs, the fake model server, a lab per test.
 
-The suite runs only when selected (``python -m pytest -m harness``; README
-"Harnesses").  A CLI that cannot be installed (no registry reachable) skips its
+The suite runs only when selected (``python -m pytest -m harness``;
+docs/HARNESSES.md).  A CLI that cannot be installed (no registry reachable) skips its
 tests on a developer's machine, with the reason, and fails them in CI
 (``CI`` set), where a skip would hide that nothing ran.
 """

@@ -109,7 +109,7 @@ class Gemini(Profile):
         if first_life:
             settings = {
                 "security": {"auth": {"selectedType": "gemini-api-key"}},
-                # README "Harnesses": Gemini's own session cleanup must not delete
+                # docs/HARNESSES.md: Gemini's own session cleanup must not delete
                 # sessions a restore brings back.
                 "general": {"sessionRetention": {"enabled": False}, "enableAutoUpdate": False},
                 "privacy": {"usageStatisticsEnabled": False},

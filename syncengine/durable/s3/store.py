@@ -40,7 +40,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - the extra is installed in the tests
     raise ImportError(
         "the S3 durable backend needs the s3 extra: pip install -e '.[s3]' in a clone of "
-        'syncengine (docs/STORAGE.md "Straight to S3")'
+        'syncengine (docs/OPERATING.md "Straight to S3")'
     ) from _exc
 
 from syncengine.config.s3location import S3Location
