@@ -22,10 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from syncengine.cli.args import build_parser
-from syncengine.config import GC_KEYS, TOP_KEYS
+from syncengine.config import GC_KEYS, TOP_KEYS, Config, GcConfig
 from syncengine.config.adapterspec import ADAPTER_KEYS, MIGRATE_ACTIONS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,6 +160,27 @@ def test_the_configuration_example_lists_every_key() -> None:
         f"[[adapter]]: missing {sorted(ADAPTER_KEYS - adapter_keys)}, "
         f"unknown {sorted(adapter_keys - ADAPTER_KEYS)}"
     )
+
+
+def _plain_defaults(cls: type) -> dict[str, object]:
+    return {
+        f.name: f.default
+        for f in attrs.fields(cls)
+        if isinstance(f.default, int | float | str) and not isinstance(f.default, attrs.Factory)
+    }
+
+
+def test_the_configuration_example_shows_the_defaults() -> None:
+    """Where a key has a fixed default, the example sets it to that value (the page
+    says so), so a changed default shows up in the reference too."""
+    example = _config_example()
+    wrong = [
+        f"{name} = {shown!r} (default {default!r})"
+        for table, cls in ((example, Config), (example["gc"], GcConfig))
+        for name, default in _plain_defaults(cls).items()
+        if name in table and (shown := table[name]) != default
+    ]
+    assert not wrong, f"docs/CONFIGURATION.md example: {wrong}"
 
 
 def test_the_migration_example_lists_every_step_and_key() -> None:
