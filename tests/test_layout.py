@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("checkpoint",),
     ("restore",),
     ("ops",),
-    ("engine", "passes", "adapterstates", "rootlease", "durableroot"),  # the composition root
+    ("engine",),  # the composition root
     ("daemon",),
     ("cli",),
     ("syncengine", "__main__"),

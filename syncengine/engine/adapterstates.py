@@ -26,7 +26,7 @@ from syncengine.report import AdapterReport
 from syncengine.sqlite import files
 
 if TYPE_CHECKING:  # the engine imports passes, which imports this module
-    from syncengine.engine import Engine
+    from syncengine.engine.engine import Engine
 
 
 class AdapterStates:

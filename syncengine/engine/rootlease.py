@@ -27,7 +27,7 @@ from syncengine.local import status
 from syncengine.local.leaseholder import LeaseHolder
 
 if TYPE_CHECKING:  # the engine builds this
-    from syncengine.engine import Engine
+    from syncengine.engine.engine import Engine
 
 log = logging.getLogger("syncengine")
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from syncengine.adapterstates import AdapterStates
+from syncengine.engine.adapterstates import AdapterStates
 from syncengine.checkpoint import checkpointer, record, sqlite
 from syncengine.config import AdapterSpec
 from syncengine.errors import DurableError, NameTaken, local_error
@@ -40,7 +40,7 @@ from syncengine.walk.job import ScanJob, ScanResult, Seen
 from syncengine.walk.scan import scan, scan_paths
 
 if TYPE_CHECKING:  # the engine imports this module
-    from syncengine.engine import Engine
+    from syncengine.engine.engine import Engine
 
 log = logging.getLogger("syncengine")
 

@@ -29,7 +29,7 @@ from syncengine.config.adapterspec import exclusion_patterns, skip_dirs
 from syncengine.durable.lifecycle import DurableStore
 from syncengine.durable.posix import store as posix_store
 from syncengine.durable.posix.store import PosixStore
-from syncengine.durableroot import DurableRoot
+from syncengine.engine.durableroot import DurableRoot
 from syncengine.errors import (
     ConfigError,
     DurableError,
@@ -45,7 +45,7 @@ from syncengine.notices import Notices
 from syncengine.patterns import Matcher, compile_patterns
 from syncengine.progress import Reporter
 from syncengine.report import AdapterReport, Report
-from syncengine.rootlease import RootLease
+from syncengine.engine.rootlease import RootLease
 
 if TYPE_CHECKING:  # imported where used (see the module docstring)
     from syncengine.local.adapter import AdapterState
@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # imported where used (see the module docstring)
     from syncengine.ops import migrate as migrate_
     from syncengine.ops import verify as verify_
     from syncengine.ops.journal import Journal
-    from syncengine.passes import Hints, Passes
+    from syncengine.engine.passes import Hints, Passes
 
 log = logging.getLogger("syncengine")
 
@@ -125,7 +125,7 @@ class Engine:
     def passes(self) -> Passes:
         """The pass machinery (walk, plan, execute), imported and built on first use."""
         if self._passes is None:
-            from syncengine.passes import Passes
+            from syncengine.engine.passes import Passes
 
             self._passes = Passes(self)
         return self._passes
