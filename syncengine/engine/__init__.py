@@ -1,9 +1,14 @@
-"""The composition root: `Engine`, built from a `Config`, and the parts it wires.
+"""The composition root: the `Engine`, built from a `Config`, and the parts it wires.
 
-`engine.py` is the `Engine` (the public entry point); `durableroot.py`,
-`rootlease.py`, `adapterstates.py` and `passes.py` are the parts it builds.
-`Engine` is imported on first use (PEP 562), so importing one part does not
-load the others.
+`engine.py` is the `Engine` (the public entry point and the only module here
+that knows every part); `context.py` is the frozen `Context` it builds once and
+hands down; the parts are `durableroot.py` (the durable root's health, probe,
+stores, copy jobs), `rootlease.py` (when the lease is taken, renewed and
+released), `adapterstates.py` (the loaded indexes, seeding, the start check)
+and `passes.py` (one pass: walk, plan, execute).  A part is given the context,
+or the pieces of it it uses, and callbacks; none imports `engine.py`.
+`Engine` is imported from here on first use (PEP 562), so importing one part
+does not load the others.
 """
 
 from __future__ import annotations
