@@ -7,7 +7,8 @@ every live tree at once, plan and execute per adapter, and keep the
 directory table in step.  It is the heavy
 half of the `Engine`: `engine.py` imports this module on first use
 (`Engine.passes`), so `syncengine status` and `journal record` load none of the
-walk, the planner or the executors.  The engine keeps the lock, the status
+walk, the planner or the executors, and `restore` imports the restore side
+itself, so a one-shot checkpoint does not load it.  The engine keeps the lock, the status
 files, the lease and the durable root; this module is handed the engine's
 `Context`, its `AdapterStates`, and two of the root's hooks: `prepare_store`
 (the lease, then the probe, before a store's first write in a pass) and
@@ -38,7 +39,6 @@ from syncengine.local.index import Index, settled
 from syncengine.plan import PUBLISHING, CheckpointAction, PlainCopy, RecordDir, RecordLink
 from syncengine.plan import plan_checkpoint as plan_actions
 from syncengine.report import AdapterReport, PathError
-from syncengine.restore import restorer
 from syncengine.walk import missing as missing_mod
 from syncengine.walk import tablewalk
 from syncengine.walk.job import ScanJob, ScanResult, Seen
@@ -297,6 +297,8 @@ class Passes:
     # -- restore ---------------------------------------------------------
     def restore(self, spec: AdapterSpec, dry_run: bool) -> AdapterReport:
         """Fill one adapter's live tree from its durable checkpoint."""
+        from syncengine.restore import restorer  # a checkpoint never loads the restore side
+
         t0 = time.monotonic()
         try:
             state = self.adapters.state(spec)
