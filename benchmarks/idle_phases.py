@@ -18,7 +18,7 @@ import sys, time
 marks = [("start", time.perf_counter())]
 import syncengine.cli  # noqa: F401  (what `syncengine checkpoint` imports)
 marks.append(("imports", time.perf_counter()))
-from syncengine import passes  # noqa: F401  (the pass machinery, imported on first use)
+from syncengine.engine import passes  # noqa: F401  (the pass machinery, imported on first use)
 from syncengine.walk import missing, tablewalk  # noqa: F401  (what a pass imports)
 from syncengine.config import load_config
 from syncengine.engine import Engine

@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("checkpoint",),
     ("restore",),
     ("ops",),
-    ("engine", "passes", "adapterstates", "rootlease", "durableroot"),  # the composition root
+    ("engine",),  # the composition root
     ("daemon",),
     ("cli",),
     ("syncengine", "__main__"),
@@ -289,3 +289,74 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycle(graph) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# The composition root (issue 31): only these know the `Engine`.  engine.py is it;
+# the package faces re-export it on first use; the CLI and the daemon are its callers.
+# Everything else, the root's own parts included (context, durableroot, rootlease,
+# adapterstates, passes), is handed a `Context` and callbacks instead.
+ENGINE_MODULE = "syncengine.engine.engine"
+KNOWS_THE_ENGINE = (
+    "syncengine",
+    "syncengine.engine",
+    ENGINE_MODULE,
+    "syncengine.cli",
+    "syncengine.daemon",
+)
+
+
+def _imports_the_engine(module: str, tree: ast.Module) -> list[int]:
+    """The lines where `module` imports engine.py or the name `Engine`: at the top,
+    inside a function or for typing alike."""
+    is_package = MODULES[module].name == "__init__.py"
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            hit = any(alias.name == ENGINE_MODULE for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            source = _source(node, base)
+            names = {alias.name for alias in node.names}
+            hit = source == ENGINE_MODULE or (
+                source in ("syncengine", "syncengine.engine") and bool(names & {"Engine", "engine"})
+            )
+        else:
+            hit = isinstance(node, ast.Constant) and node.value == ENGINE_MODULE
+        if hit:
+            lines.append(getattr(node, "lineno", 0))
+    return lines
+
+
+def _engine_importers(trees: dict[str, ast.Module]) -> dict[str, list[int]]:
+    """Modules outside `KNOWS_THE_ENGINE` that import it: module -> lines."""
+    found = {}
+    for module, tree in trees.items():
+        if module in KNOWS_THE_ENGINE or module.startswith(
+            ("syncengine.cli.", "syncengine.daemon.")
+        ):
+            continue
+        if lines := _imports_the_engine(module, tree):
+            found[_short(module)] = lines
+    return found
+
+
+def test_only_the_root_and_its_callers_import_the_engine() -> None:
+    trees = {module: _tree(path) for module, path in MODULES.items()}
+    assert _engine_importers(trees) == {}
+
+
+def test_the_engine_finder_finds_an_import_of_the_engine() -> None:
+    # Guard the rule itself: a part of the root importing the Engine for typing is caught,
+    # and so is ops/ importing engine.py inside a function.
+    typing_only = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from syncengine.engine import Engine\n"
+    )
+    inside = "def f():\n    from syncengine.engine.engine import Engine\n"
+    trees = {
+        "syncengine.engine.passes": ast.parse(typing_only),
+        "syncengine.ops.gc": ast.parse(inside),
+        "syncengine.cli.commands": ast.parse(inside),
+    }
+    assert _engine_importers(trees) == {"engine.passes": [3], "ops.gc": [2]}

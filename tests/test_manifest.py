@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from syncengine.checkpoint.checkpointer import staging_marker
 from syncengine.durable import manifest
 from syncengine.durable.posix.store import Store
+from syncengine.local.status import staging_marker
 from tests.bucket_mount import BucketMount
 from tests.conftest import CliRunner, Tree
 

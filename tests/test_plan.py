@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from syncengine import Engine, config_from_dict
-from syncengine.checkpoint.checkpointer import staging_marker
 from syncengine.durable.chain import SEG_DIR
+from syncengine.local.status import staging_marker
 from tests.conftest import Tree
 
 RAW = {

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from syncengine import Runner
+from syncengine import Engine, Runner
 from syncengine.progress import CHECK_FILES, Reporter
 from tests.conftest import EngineFactory, Tree
 
@@ -107,9 +107,9 @@ def test_engine_operations_report_progress_on_the_engine_clock(
 ) -> None:
     for i in range(300):
         tree.write(f"x/f{i:03}.txt", "x" * 100)
-    eng = engine(RAW)
-    eng.progress = Reporter(clock=Clock(step=3.0), every=5.0)  # 3 s per look
-    with log_lines() as lines:
+    progress = Reporter(clock=Clock(step=3.0), every=5.0)  # 3 s per look
+    eng = Engine(engine(RAW).config, stores=tree.stores, progress=progress)
+    with eng, log_lines() as lines:
         assert eng.checkpoint().ok
         shutil.rmtree(tree.local / "x")
         assert eng.restore().ok

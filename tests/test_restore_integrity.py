@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from syncengine import Engine, config_from_dict
-from syncengine.checkpoint.checkpointer import staging_marker
 from syncengine.durable.manifest import format_hash
+from syncengine.local.status import staging_marker
 from syncengine.restore import restorer as restore
 from tests.conftest import CliRunner, Tree
 from tests.helpers import set_mtime, snapshot

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from syncengine import Engine, config_from_dict
-from syncengine.checkpoint.checkpointer import staging_marker
 from syncengine.durable import lease, manifest
 from syncengine.durable.manifest import Entry
 from syncengine.durable.posix.store import Store
+from syncengine.local.status import staging_marker
 from syncengine.ops.verify import sampled
 from tests.conftest import CliRunner, EngineFactory, Tree
 from tests.helpers import set_mtime

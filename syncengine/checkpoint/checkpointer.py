@@ -323,10 +323,5 @@ def mark_unrecorded(state: AdapterState) -> None:
         raise local_error("create the staging marker", state.staging_marker, exc) from exc
 
 
-def staging_marker(state_dir: Path, adapter: str) -> Path:
-    """Where an adapter's staging marker lives (see `mark_unrecorded`)."""
-    return state_dir / "staging" / f"{adapter}.pending"
-
-
 def _finish_staging(state: AdapterState) -> None:
     state.staging_marker.unlink(missing_ok=True)

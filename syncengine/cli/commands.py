@@ -19,13 +19,13 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-import attrs
-
 from syncengine.cli import printing
 from syncengine.cli.args import build_parser
+from syncengine.config import load_config
 from syncengine.engine import Engine
 from syncengine.errors import SyncEngineError
 from syncengine.fs import savefile
+from syncengine.progress import Reporter
 from syncengine.report import Report
 
 
@@ -171,10 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose, args.quiet, args.log_json)
     engine = None
     try:
-        engine = Engine.from_file(args.config, overrides=_overrides(args))
         bar = _progress_bar(args, sys.stderr)
-        if bar is not None:
-            engine.progress = attrs.evolve(engine.progress, bar=bar)
+        engine = Engine(
+            load_config(args.config, overrides=_overrides(args)),
+            progress=Reporter(bar=bar) if bar is not None else None,
+        )
         if args.command == "status":
             printing.status(engine.status(), as_json=args.json)
             return 0

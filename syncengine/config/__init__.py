@@ -277,7 +277,7 @@ def _require_mount(layers: Layers) -> bool:
 
 def _lease(layers: Layers) -> dict[str, Any]:
     """The durable root's lease: `lease_seconds`, `lease_wait`, `lease_lost`
-    (syncengine.rootlease, daemon.supervisor)."""
+    (syncengine.engine.rootlease, daemon.supervisor)."""
     lost = layers.get("lease_lost", None, "stop")
     if lost not in ("stop", "keep"):
         raise ConfigError(

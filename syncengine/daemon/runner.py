@@ -269,7 +269,7 @@ class Runner:
     def _failed(self, kind: str, taken: dict[str, set[str] | None] | None, error: str) -> None:
         self._give_back(taken)
         # the same failure pass after pass is said once, then at debug level (path warnings
-        # are deduplicated the same way by Engine.notices); `status` shows it meanwhile.
+        # are deduplicated the same way by the engine's notices); `status` shows it meanwhile.
         # The final pass always says it: it decides what stays durable.
         level = logging.DEBUG if error == self.last_error and kind != "final" else logging.ERROR
         self.last_error = error

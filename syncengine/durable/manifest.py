@@ -96,7 +96,7 @@ class ManifestState:
 
 
 class Fence(Protocol):
-    """A writer's lease (`syncengine.rootlease.AdapterFence`): its generation goes into
+    """A writer's lease (`syncengine.engine.rootlease.AdapterFence`): its generation goes into
     each object's name; `check` raises `LeaseLost` once a newer generation took over."""
 
     @property

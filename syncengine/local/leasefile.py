@@ -18,7 +18,6 @@ import hashlib
 import json
 import logging
 import os
-import socket
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -77,7 +76,7 @@ def holder_id(state_dir: Path) -> str:
     """This state directory on this host: a checkpoint beside the daemon, and an instance
     restarted in the same container (even with its state dir wiped), are the same
     holder; another container (another host name) is not."""
-    where = f"{socket.gethostname()}\0{os.path.abspath(state_dir)}"
+    where = f"{os.uname().nodename}\0{os.path.abspath(state_dir)}"
     return hashlib.sha256(where.encode()).hexdigest()[:16]
 
 

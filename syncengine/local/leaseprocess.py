@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import socket
 import weakref
 from typing import Protocol
 
@@ -29,7 +28,7 @@ def gone(holder: Holder) -> bool:
     """Whether `holder`'s process has ended.  Only knowable on this host: another
     host's process, or a pid that exists, counts as alive (a reused pid only leaves the
     lease to expire instead of being released)."""
-    if holder.host != socket.gethostname() or holder.pid <= 0 or holder.pid == os.getpid():
+    if holder.host != os.uname().nodename or holder.pid <= 0 or holder.pid == os.getpid():
         return False
     try:
         os.kill(holder.pid, 0)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -71,7 +70,7 @@ class Taking:
         self._taking, self._listed = False, 0  # _listed: the newest generation ever listed
         self._at_exit = leaseprocess.AtExit()
         me = leasefile.holder_id(state_dir)
-        self._me = Holder(me, socket.gethostname(), os.getpid(), time.time_ns())
+        self._me = Holder(me, os.uname().nodename, os.getpid(), time.time_ns())
         self.root = root  # the durable root, as configured (lease.json is kept for it)
         remembered = leasefile.load(state_dir, me, root)
         self.last = remembered.generation  # the generation we held last

@@ -34,6 +34,11 @@ def index_path(state_dir: Path, adapter: str) -> Path:
     return state_dir / "index" / f"{adapter}.idx"
 
 
+def staging_marker(state_dir: Path, adapter: str) -> Path:
+    """Where an adapter's staging marker lives (`checkpointer.mark_unrecorded`)."""
+    return state_dir / "staging" / f"{adapter}.pending"
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """A small local JSON file as a dict ({} when missing or unreadable)."""
     try:

@@ -40,7 +40,6 @@ from typing import Any
 import attrs
 import xxhash
 
-from syncengine.checkpoint.checkpointer import staging_marker
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import MANIFEST_DIR, Store
@@ -48,7 +47,7 @@ from syncengine.errors import DurableError
 from syncengine.fs import savefile
 from syncengine.local import behind
 from syncengine.local.index import Index
-from syncengine.local.status import index_path
+from syncengine.local.status import index_path, staging_marker
 from syncengine.ops.verifyentry import EntryChecker, Unrecorded
 from syncengine.progress import SILENT, Progress, Reporter
 

@@ -6,17 +6,20 @@ indexes are new and not yet rebuilt from the manifest (`unseeded`: rebuilt
 only when a pass is about to write, so an idle pass never reads the durable
 side), and the index against the durable side at a start (a new mount
 instance since the last check: `start_checks`, see `syncengine.local.seed`).
-`syncengine.passes` runs the passes on top of it.
+`syncengine.engine.passes` runs the passes on top of it.  It is handed the
+engine's `Context`, the durable root's health check (`check_durable`) and the
+lease's fence for an index loaded now (`fence`); the root calls
+`forget_indexes` when the lease says another instance wrote last.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
-from syncengine.checkpoint import checkpointer
 from syncengine.config import AdapterSpec
+from syncengine.durable.manifest import Fence
 from syncengine.durable.posix import probe
+from syncengine.engine.context import Context
 from syncengine.errors import DurableError
 from syncengine.local import seed as seeding
 from syncengine.local import status
@@ -25,18 +28,17 @@ from syncengine.local.index import Index, file_signature
 from syncengine.report import AdapterReport
 from syncengine.sqlite import files
 
-if TYPE_CHECKING:  # the engine imports passes, which imports this module
-    from syncengine.engine import Engine
-
 
 class AdapterStates:
-    """The adapters' states of one `Engine`, with what it remembers between passes: the
+    """The adapters' states of one engine, with what it remembers between passes: the
     loaded indexes, which are not yet seeded from the manifest, and which mount instance
     each adapter was last checked against."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.config = engine.config
+    def __init__(
+        self, ctx: Context, check_durable: Callable[[], None], fence: Callable[[str], Fence]
+    ) -> None:
+        self.ctx, self.check_root, self.fence = ctx, check_durable, fence
+        self.config = ctx.config
         self.indexes: dict[str, Index] = {}
         self.unseeded: set[str] = set()  # fresh indexes not yet rebuilt from the manifest
         self._restored_fresh: set[str] = set()  # indexes this engine's restore built whole
@@ -44,7 +46,7 @@ class AdapterStates:
 
     def forget_indexes(self, keep: frozenset[str] = frozenset()) -> None:
         """Another instance held the lease since these indexes were saved: each adapter
-        but `keep` starts again from the durable manifest (`syncengine.rootlease`)."""
+        but `keep` starts again from the durable manifest (`syncengine.engine.rootlease`)."""
         self.indexes = {name: ix for name, ix in self.indexes.items() if name in keep}
         self.unseeded &= keep
 
@@ -71,15 +73,15 @@ class AdapterStates:
         return AdapterState(
             name=spec.name,
             live=spec.live,
-            store=self.engine.stores(spec.durable),
+            store=self.ctx.stores(spec.durable),
             index=index,
             index_path=index_path,
-            staging_marker=checkpointer.staging_marker(state_dir, spec.name),
-            segments=self.engine.log_matcher(spec.name),
+            staging_marker=status.staging_marker(state_dir, spec.name),
+            segments=self.ctx.log_matcher(spec.name),
             sqlite=options,
             sqlite_patterns=spec.sqlite,
-            notices=self.engine.notices,
-            fence=self.engine.lease.fence(spec.name),
+            notices=self.ctx.notices,
+            fence=self.fence(spec.name),
         )
 
     def adapter_state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:
@@ -122,12 +124,12 @@ class AdapterStates:
                     and seeding.due(self.config.state_dir, state.name, now)
                 ):
                     if not healthy:  # an unmounted root must never look like an empty bucket
-                        self.engine.durable.check()
+                        self.check_root()
                         healthy = True
                     if state.name not in self.unseeded:
                         seeding.check(state, now, rebase=rebase)
                         self.indexes[state.name] = state.index
-                    seeding.remember(self.config.state_dir, state.name, now, self.engine.clock())
+                    seeding.remember(self.config.state_dir, state.name, now, self.ctx.clock())
                 self._checked[state.name] = now
             except DurableError as exc:
                 reports.append(AdapterReport(state.name, fatal=str(exc)))
@@ -143,6 +145,6 @@ class AdapterStates:
 
     def remember_checked(self, name: str) -> None:
         now = probe.instance(self.config.durable_root)
-        seeding.remember(self.config.state_dir, name, now, self.engine.clock())
+        seeding.remember(self.config.state_dir, name, now, self.ctx.clock())
         self._checked[name] = now
         self._restored_fresh.add(name)

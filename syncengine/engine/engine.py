@@ -1,18 +1,21 @@
 """The public entry point for embedding: build from a config, checkpoint, restore, status.
 
-Owns one run's frame: take the state lock, hand the pass to `passes` (load
-each adapter's index, walk all live trees at once, plan and execute per
-adapter), write the status files and return a frozen `Report`.  The durable
-root as the engine knows it (its health check, the probe of what the mount
-supports, the stores built on it) is `engine.durable`, a
-`syncengine.durableroot.DurableRoot`.  Configuration arrives as a `Config`
-(from `syncengine.config`); this module never reads the environment.
+Owns the composition root's wiring and one run's frame.  `Engine` builds the
+frozen `Context` the parts share once (`syncengine.engine.context`) and hands
+each part only what it uses: the durable root (`durable`: health check, probe,
+stores, copy jobs), the lease (`lease`, with a callback to forget loaded
+indexes), the adapters' states (`adapters`) and the pass machinery (`passes`).
+No part holds the `Engine`.  Each operation takes the state lock, hands the
+pass to `passes` (load each adapter's index, walk all live trees at once, plan
+and execute per adapter), writes the status files and returns a frozen
+`Report`.  Configuration arrives as a `Config`; this module never reads the
+environment.
 
 Imports: what `syncengine status` and `journal record` need is imported at the
-top.  The pass machinery (walk, planner, executors: `Engine.passes`) and each
-maintenance command (`export`, `verify`, `gc`, `migrate`, `journal`) are
-imported in the one method that uses them, on first use, so that a short
-command does not pay for loading them (measured: `python -X importtime`).
+top.  The adapters' states, the pass machinery and each maintenance command
+(`export`, `verify`, `gc`, `migrate`, `journal`) are imported where they are
+used, on first use, so a short command does not pay for loading them
+(`python -X importtime`; tests/test_layout.py checks what `status` loads).
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
-from syncengine.config.adapterspec import exclusion_patterns, skip_dirs
 from syncengine.durable.lifecycle import DurableStore
 from syncengine.durable.posix import store as posix_store
 from syncengine.durable.posix.store import PosixStore
-from syncengine.durableroot import DurableRoot
+from syncengine.engine import context
+from syncengine.engine.durableroot import DurableRoot
+from syncengine.engine.rootlease import RootLease
 from syncengine.errors import (
     ConfigError,
     DurableError,
@@ -41,19 +45,17 @@ from syncengine.errors import (
 )
 from syncengine.local import leaseprocess, status
 from syncengine.local.lock import StateLock
-from syncengine.notices import Notices
-from syncengine.patterns import Matcher, compile_patterns
 from syncengine.progress import Reporter
 from syncengine.report import AdapterReport, Report
-from syncengine.rootlease import RootLease
 
 if TYPE_CHECKING:  # imported where used (see the module docstring)
+    from syncengine.engine.adapterstates import AdapterStates
+    from syncengine.engine.passes import Hints, Passes
     from syncengine.local.adapter import AdapterState
     from syncengine.ops import gc as gc_
     from syncengine.ops import migrate as migrate_
     from syncengine.ops import verify as verify_
     from syncengine.ops.journal import Journal
-    from syncengine.passes import Hints, Passes
 
 log = logging.getLogger("syncengine")
 
@@ -70,28 +72,14 @@ class Engine:
         progress: Reporter | None = None,
         stores: Callable[[Path], DurableStore] = PosixStore,
     ) -> None:
-        self.config = config
-        self.clock = clock
-        if config.s3 is not None and stores is PosixStore:  # durable_root = "s3://..."
-            from syncengine.durable.s3 import select as s3_select
-
-            stores = s3_select.stores(config)
-        self.stores = stores  # a durable directory's Store (tests: an in-memory one)
-        self.progress = progress or Reporter()  # *.progress lines every 5 s; a bar if given
-        self.scan_workers = scan_workers
-        self._matchers: dict[str, Matcher] = {
-            s.name: compile_patterns(exclusion_patterns(s), where=f"adapter {s.name!r} exclude")
-            for s in config.adapters
-        }
-        self._logs: dict[str, Matcher] = {
-            s.name: compile_patterns(s.segments, where=f"adapter {s.name!r} segments")
-            for s in config.adapters
-            if s.segments
-        }
+        self.context = context.build(
+            config, clock=clock, stores=stores, progress=progress, scan_workers=scan_workers
+        )
+        self.durable = DurableRoot(config, self.context.stores)  # health, probe, copy jobs
+        # one writer per durable root; it tells the root when loaded indexes are stale
+        self.lease = RootLease(config, self.context.stores, self.durable, self._forget_indexes)
+        self._adapters: AdapterStates | None = None
         self._passes: Passes | None = None
-        self.durable = DurableRoot(config, stores)  # its health, probe, stores, copy jobs
-        self.notices = Notices()  # a path's repeated warning is said once per engine
-        self.lease = RootLease(self)  # one writer per durable root (rootlease.py)
 
     @classmethod
     def from_file(
@@ -121,34 +109,61 @@ class Engine:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
+    # -- what the context holds (read-only: the parts were built with it) --
+    @property
+    def config(self) -> Config:
+        return self.context.config
+
+    @property
+    def clock(self) -> Callable[[], int]:
+        return self.context.clock
+
+    @property
+    def stores(self) -> Callable[[Path], DurableStore]:
+        """A durable directory's Store (tests: an in-memory one; an s3:// root: S3)."""
+        return self.context.stores
+
+    @property
+    def progress(self) -> Reporter:
+        return self.context.progress
+
+    def skip_dirs(self, spec: AdapterSpec) -> frozenset[str]:
+        """What a walk of `spec`'s live tree never enters (`adapterspec.skip_dirs`)."""
+        return self.context.skip_dirs(spec)
+
+    # -- the parts built on first use ----------------------------------------
+    @property
+    def adapters(self) -> AdapterStates:
+        """The adapters' loaded indexes, seeding and start check, built on first use."""
+        if self._adapters is None:
+            from syncengine.engine.adapterstates import AdapterStates
+
+            self._adapters = AdapterStates(self.context, self.durable.check, self.lease.fence)
+        return self._adapters
+
     @property
     def passes(self) -> Passes:
         """The pass machinery (walk, plan, execute), imported and built on first use."""
         if self._passes is None:
-            from syncengine.passes import Passes
+            from syncengine.engine.passes import Passes
 
-            self._passes = Passes(self)
+            self._passes = Passes(
+                self.context,
+                self.adapters,
+                prepare_store=self.lease.prepare_store,
+                copy_jobs=self.durable.copy_jobs,
+            )
         return self._passes
+
+    def _forget_indexes(self, keep: frozenset[str]) -> None:
+        """The lease's callback: another instance wrote last (or this state dir wrote
+        another root), so each loaded index but `keep`'s is dropped."""
+        if self._adapters is not None:  # none loaded yet: nothing in memory to drop
+            self._adapters.forget_indexes(keep)
 
     def adapter_state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:
         """One adapter's live root, store and loaded index (for gc and migrate)."""
-        return self.passes.adapters.adapter_state(spec, seed=seed)
-
-    def matcher(self, name: str) -> Matcher:
-        """An adapter's exclusions (`exclusion_patterns`), compiled."""
-        return self._matchers[name]
-
-    def log_matcher(self, name: str) -> Matcher | None:
-        """An adapter's append-only logs (its `segments` patterns), compiled; None: none."""
-        return self._logs.get(name)
-
-    def quiet_ns(self) -> int:
-        """How long a log stays unchanged before its plain copy is published."""
-        return int(self.config.plain_after * 1e9)
-
-    def skip_dirs(self, spec: AdapterSpec) -> frozenset[str]:
-        """What a walk of `spec`'s live tree never enters (`adapterspec.skip_dirs`)."""
-        return skip_dirs(spec, self.config.state_dir)
+        return self.adapters.adapter_state(spec, seed=seed)
 
     # -- operations ------------------------------------------------------
     def checkpoint(
@@ -217,7 +232,7 @@ class Engine:
         before (the `Runner` at start; see `syncengine.local.seed`)."""
         with StateLock(self.config.state_dir, wait=True):
             try:
-                reports = self.passes.adapters.check_durable(self.config.select(adapters))
+                reports = self.adapters.check_durable(self.config.select(adapters))
             except OSError as exc:
                 raise self.os_error("check the durable side", exc) from exc
         for rep in reports:
@@ -373,7 +388,7 @@ class Engine:
 
     def status(self) -> dict[str, Any]:
         """Effective configuration with sources, and per-adapter state (local files only)."""
-        out = status.gather(self.config, self._matchers, self.clock())
+        out = status.gather(self.config, self.context.exclusions, self.clock())
         out["lease"] = self.lease.status()
         return out
 

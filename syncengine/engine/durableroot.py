@@ -4,7 +4,8 @@ Owns `DurableRoot`: the health check of the durable root (`probe.check_root`;
 for an ``s3://`` root, one LIST per engine), the probe of what the mount
 supports (once per mount instance: a remounted client is probed again),
 the stores built on it configured to publish the way the mount supports, and
-how many copies run at once.  `syncengine.engine` holds one per Engine.
+how many copies run at once.  The `Engine` builds one and hands it to the
+parts that need it (the lease, the passes' hooks).
 """
 
 from __future__ import annotations

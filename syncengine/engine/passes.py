@@ -5,10 +5,14 @@ adapter's state (its index loaded, rebuilt from the manifest when it is new,
 and checked against the durable side at a start: `adapterstates`), walk
 every live tree at once, plan and execute per adapter, and keep the
 directory table in step.  It is the heavy
-half of `Engine`: `engine.py` imports this module on first use (`Engine.passes`),
-so `syncengine status` and `journal record` load none of the walk, the planner
-or the executors.  The engine keeps the lock, the status files and the durable
-root (`engine.durable`); this module asks it for those and nothing else.
+half of the `Engine`: `engine.py` imports this module on first use
+(`Engine.passes`), so `syncengine status` and `journal record` load none of the
+walk, the planner or the executors, and `restore` imports the restore side
+itself, so a one-shot checkpoint does not load it.  The engine keeps the lock, the status
+files, the lease and the durable root; this module is handed the engine's
+`Context`, its `AdapterStates`, and two of the root's hooks: `prepare_store`
+(the lease, then the probe, before a store's first write in a pass) and
+`copy_jobs` (how many copies run at once).
 """
 
 from __future__ import annotations
@@ -17,14 +21,16 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
-from syncengine.adapterstates import AdapterStates
 from syncengine.checkpoint import checkpointer, record, sqlite
 from syncengine.config import AdapterSpec
+from syncengine.durable.lifecycle import DurableStore
+from syncengine.engine.adapterstates import AdapterStates
+from syncengine.engine.context import Context
 from syncengine.errors import DurableError, NameTaken, local_error
 from syncengine.local import behind, chainstate
 from syncengine.local import seed as seeding
@@ -33,14 +39,10 @@ from syncengine.local.index import Index, settled
 from syncengine.plan import PUBLISHING, CheckpointAction, PlainCopy, RecordDir, RecordLink
 from syncengine.plan import plan_checkpoint as plan_actions
 from syncengine.report import AdapterReport, PathError
-from syncengine.restore import restorer
 from syncengine.walk import missing as missing_mod
 from syncengine.walk import tablewalk
 from syncengine.walk.job import ScanJob, ScanResult, Seen
 from syncengine.walk.scan import scan, scan_paths
-
-if TYPE_CHECKING:  # the engine imports this module
-    from syncengine.engine import Engine
 
 log = logging.getLogger("syncengine")
 
@@ -48,13 +50,20 @@ Hints = Mapping[str, "set[str] | frozenset[str] | None"]
 
 
 class Passes:
-    """The pass machinery of one `Engine`, with what it remembers between passes: its
+    """The pass machinery of one engine, with what it remembers between passes: its
     adapters' states (`AdapterStates`) and which paths to look at again."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.config = engine.config
-        self.adapters: AdapterStates = AdapterStates(engine)  # indexes, seeding, start check
+    def __init__(
+        self,
+        ctx: Context,
+        adapters: AdapterStates,
+        *,
+        prepare_store: Callable[[DurableStore], None],
+        copy_jobs: Callable[[], int],
+    ) -> None:
+        self.ctx, self.config = ctx, ctx.config
+        self.adapters = adapters  # indexes, seeding, start check
+        self.prepare_store, self.copy_jobs = prepare_store, copy_jobs
         self._recheck: dict[str, set[str]] = {}
 
     # -- checkpoint ------------------------------------------------------
@@ -65,9 +74,9 @@ class Passes:
             ScanJob(
                 s.name,
                 os.fspath(s.live),
-                self.engine.matcher(s.name),
+                self.ctx.matcher(s.name),
                 s.index.records,
-                self.engine.skip_dirs(self.config.adapter(s.name)),
+                self.ctx.skip_dirs(self.config.adapter(s.name)),
                 s.index.dir_view(),
                 recent_ns=recent,
             )
@@ -82,7 +91,7 @@ class Passes:
         """Walk the trees without hints all at once; look only at the hinted paths (and
         those to look at again) in the others."""
         full = [j for j in jobs if hints.get(j.name) is None]
-        results = scan(full, workers=self.engine.scan_workers) if full else {}
+        results = scan(full, workers=self.ctx.scan_workers) if full else {}
         for job in jobs:
             paths = hints.get(job.name)
             if paths is not None:
@@ -130,7 +139,7 @@ class Passes:
         side ready, execute, keep the directory table."""
         t0 = time.monotonic()
         for path, reason in result.errors:
-            self.engine.notices.warn(
+            self.ctx.notices.warn(
                 "scan.error",
                 state.name,
                 path,
@@ -159,9 +168,9 @@ class Passes:
                 state,
                 actions,
                 started_ns=started,
-                jobs=self.engine.durable.copy_jobs(),
+                jobs=self.copy_jobs(),
                 final=final,
-                progress=self.engine.progress,
+                progress=self.ctx.progress,
             )
         except NameTaken as exc:
             if rebuilt:
@@ -199,7 +208,7 @@ class Passes:
         else:
             missing = missing_mod.missing_among(state, result.gone)
         logs = state.segments is not None
-        quiet_ns = self.engine.quiet_ns()
+        quiet_ns = self.ctx.quiet_ns()
         return plan_actions(
             result,
             state.index,
@@ -222,7 +231,7 @@ class Passes:
             final and bool(chainstate.unrecorded(state.index))
         )
         may_write = may_write or behind.rebase_due(state.index.meta)  # a fork to repair
-        prepare = functools.partial(self.engine.lease.prepare_store, state.store)
+        prepare = functools.partial(self.prepare_store, state.store)
         if may_write and state.name in self.adapters.unseeded:
             try:  # only now: an idle pass never reads the durable side
                 prepare()
@@ -260,22 +269,20 @@ class Passes:
         actions = [
             PlainCopy(p, rec.size, "final checkpoint")
             for p in sorted(
-                chainstate.plain_wanted(state.index, started, self.engine.quiet_ns(), final=True)
+                chainstate.plain_wanted(state.index, started, self.ctx.quiet_ns(), final=True)
             )
             if (rec := state.index.get(p)) is not None
         ]
         if dry_run or not actions:
             return _with(rep, plan=rep.plan + tuple(map(str, actions)))
-        state.store.before_first_write(
-            functools.partial(self.engine.lease.prepare_store, state.store)
-        )
+        state.store.before_first_write(functools.partial(self.prepare_store, state.store))
         more = checkpointer.run(
             state,
             actions,
             started_ns=started,
-            jobs=self.engine.durable.copy_jobs(),
+            jobs=self.copy_jobs(),
             final=True,
-            progress=self.engine.progress,
+            progress=self.ctx.progress,
         )
         return _with(
             rep,
@@ -290,6 +297,8 @@ class Passes:
     # -- restore ---------------------------------------------------------
     def restore(self, spec: AdapterSpec, dry_run: bool) -> AdapterReport:
         """Fill one adapter's live tree from its durable checkpoint."""
+        from syncengine.restore import restorer  # a checkpoint never loads the restore side
+
         t0 = time.monotonic()
         try:
             state = self.adapters.state(spec)
@@ -315,9 +324,7 @@ class Passes:
                 source,
                 extra={"event": "restore.start"},
             )
-            rep = restorer.run(
-                state, actions, jobs=self.engine.durable.copy_jobs(), progress=self.engine.progress
-            )
+            rep = restorer.run(state, actions, jobs=self.copy_jobs(), progress=self.ctx.progress)
             if fresh:  # built from what the durable side holds now: it cannot be ahead of it
                 self.adapters.remember_checked(spec.name)
         except DurableError as exc:

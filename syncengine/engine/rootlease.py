@@ -1,6 +1,6 @@
 """The engine's side of the durable root's lease: when to take, renew and release it.
 
-Owns the hooks `Engine` calls (issue 16): `commit` just before a pass's first
+Owns the hooks the `Engine` calls (issue 16): `commit` just before a pass's first
 durable write (`prepare_store`: an idle pass, or one whose copies all
 turn out unchanged, asks the durable side nothing), `before_restore` (a new
 instance waits for the old one's lease, or takes it over), `renew` (when
@@ -10,36 +10,44 @@ an embedded `Engine` at `close()` (``with Engine(...)``) or when the
 interpreter exits (a killed one's lease expires).  When the previous
 generation was another instance's, this state dir's indexes may be behind
 the manifest: they are dropped, and each adapter starts from the durable
-manifest (`AdapterFence`).  A take never goes at or below a generation the
-adapters' manifests name (`_floor`, `syncengine.durable.leasing`).  The lease
-itself is `syncengine.local.leaseholder.LeaseHolder`.
+manifest (`AdapterFence`): the files here, the loaded ones through the
+`forget` callback the root hands in.  A take never goes at or below a
+generation the adapters' manifests name (`_floor`, `syncengine.durable.leasing`).
+The lease itself is `syncengine.local.leaseholder.LeaseHolder`.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
+from syncengine.config import Config
 from syncengine.durable import lease, manifestlist
 from syncengine.durable.lifecycle import DurableStore as Store
+from syncengine.engine.context import Stores
+from syncengine.engine.durableroot import DurableRoot
 from syncengine.errors import DurableError, LeaseHeld, LeaseLost, NameTaken
 from syncengine.local import status
 from syncengine.local.leaseholder import LeaseHolder
-
-if TYPE_CHECKING:  # the engine builds this
-    from syncengine.engine import Engine
 
 log = logging.getLogger("syncengine")
 
 
 class RootLease:
-    """One engine's lease on its durable root."""
+    """One engine's lease on its durable root.  `forget` is the root's: drop the loaded
+    indexes of every adapter but those named (their files are gone already)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        config = engine.config
+    def __init__(
+        self,
+        config: Config,
+        stores: Stores,
+        durable: DurableRoot,
+        forget: Callable[[frozenset[str]], None],
+    ) -> None:
+        self.config, self.stores, self.durable, self.forget = config, stores, durable, forget
         self.holder = LeaseHolder(
-            lambda: engine.durable.lazy_store(config.durable_root),
+            lambda: durable.lazy_store(config.durable_root),
             config.state_dir,
             str(config.durable_root),
             lease_seconds=config.lease_seconds,
@@ -85,7 +93,7 @@ class RootLease:
         """An adapter's store before its first write in a pass: the lease, then the
         probe (`DurableRoot.prepare_store`)."""
         self.commit()
-        self.engine.durable.prepare_store(store)
+        self.durable.prepare_store(store)
 
     def commit(self) -> None:
         """Just before a store's first durable write in a pass (`prepare_store`):
@@ -133,7 +141,7 @@ class RootLease:
         """The lease as the durable side has it (`syncengine status`: one listing, one
         read), and what this engine holds."""
         try:
-            out = lease.status(self.engine.stores(self.engine.config.durable_root))
+            out = lease.status(self.stores(self.config.durable_root))
         except (DurableError, OSError) as exc:
             out = {"error": str(exc)}
         if self.holder.current is not None or self.holder.lost is not None:
@@ -143,18 +151,16 @@ class RootLease:
     def _floor(self) -> int:
         """The newest lease generation any manifest object of this engine's adapters names
         (`leasing` never takes one at or below it): one listing per adapter, at a take."""
-        engine = self.engine
-        stores = (engine.stores(spec.durable) for spec in engine.config.adapters)
+        stores = (self.stores(spec.durable) for spec in self.config.adapters)
         return max((manifestlist.listing(store).generation for store in stores), default=0)
 
     def _forget_indexes(self, why: str, keep: frozenset[str] = frozenset()) -> None:
-        config = self.engine.config
+        config = self.config
         names = [spec.name for spec in config.adapters if spec.name not in keep]
         stale = [p for p in (status.index_path(config.state_dir, n) for n in names) if p.exists()]
         for path in stale:
             path.unlink(missing_ok=True)
-        if self.engine._passes is not None:
-            self.engine._passes.adapters.forget_indexes(keep)
+        self.forget(keep)
         if stale:  # a fresh state dir has nothing to forget: nothing to say
             log.warning(
                 "index.rebuilt state_dir=%s: %s; indexes are rebuilt from the durable manifest",
