@@ -154,3 +154,30 @@ def test_every_numeric_option_says_what_it_wants(
     """Fails with argparse's raw "invalid float value: 'abc'"."""
     out = cli(*args, check=2)
     assert "is not a number: " in out.stderr and "invalid" not in out.stderr, out.stderr
+
+
+@pytest.mark.dir_only("which entries a sample picks: the same on every store")
+def test_verify_at_its_default_sample_reads_at_least_one_file_back(
+    tree: Tree, cli: CliRunner
+) -> None:
+    """Three files, none of them in the 10% the hash picks for manifest seq 1 (asserted
+    first): fails with "0 read back" when a sample can be empty."""
+    from syncengine.ops.verify import sampled
+
+    names = [f"f{i}.json" for i in range(1, 4)]
+    assert not any(sampled(n, 1, 10) for n in names)
+    for name in names:
+        tree.write(f"{CODEX}/{name}", name)
+    cli("checkpoint", "codex", check=0)
+    out = cli("verify", "codex", check=0)
+    assert "codex: manifest seq 1, 3 entries, 3 checked, 1 read back" in out.stdout, out.stdout
+
+
+@pytest.mark.dir_only("reading the live file: no store is involved")
+def test_a_plain_file_at_a_database_path_is_named_as_such(tree: Tree, cli: CliRunner) -> None:
+    """Fails with "cannot read the database: not an error" (the backup's destination's
+    message, and a result code the extended table does not hold)."""
+    tree.write(f"{CODEX}/memories_1.sqlite", "hello, not a database\n" * 10)
+    out = cli("checkpoint", "codex", check=1)
+    assert "memories_1.sqlite" in out.stderr and "not a SQLite database" in out.stderr
+    assert "not an error" not in out.stderr, out.stderr
