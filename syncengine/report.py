@@ -35,6 +35,7 @@ class AdapterReport:
     manifest: str | None = None  # the manifest object written, if any
     errors: tuple[PathError, ...] = ()
     fatal: str | None = None  # the durable side failed: the adapter stopped
+    absent: bool = False  # checkpoint: no live tree yet (nothing to publish, one quiet line)
     plan: tuple[str, ...] = ()  # dry run: the actions, one line each
     duration_s: float = 0.0
 

@@ -530,8 +530,8 @@ def test_hot_restart_compares_the_local_copy_with_the_chain(
     assert engine(RAW).checkpoint().ok  # the manifest records t
     _append(path, b"two\n", t + 2 * 10**9)
     assert engine(RAW).checkpoint().ok  # recorded only by the segment's name
-    report = engine(RAW).restore()  # the local copy is as new as the chain: kept
-    assert report.ok and report.adapters[0].kept_local == 1 and report.files == 0
+    report = engine(RAW).restore()  # the local copy is the chain's: unchanged, kept
+    assert report.ok and report.adapters[0].unchanged == 1 and report.files == 0
     _append(path, b"three\n", t + 3 * 10**9)
     report = engine(RAW).checkpoint()  # and the index still continues the same chain
     assert report.bytes == len(b"three\n") and len(chain_keys(tree)) == 3

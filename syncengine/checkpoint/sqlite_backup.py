@@ -235,8 +235,11 @@ def _reason(exc: Exception) -> str:
     import apsw
 
     code = getattr(exc, "extendedresult", None)
-    name = str(apsw.mapping_extended_result_codes.get(code, "")) if code is not None else ""
+    codes = (apsw.mapping_extended_result_codes, apsw.mapping_result_codes)  # 26: primary only
+    name = next((str(m[code]) for m in codes if code in m), "") if code is not None else ""
     text = str(exc)
+    if isinstance(exc, apsw.NotADBError):
+        text = "not a SQLite database, though its name matches the adapter's sqlite patterns"
     if not name:
         return text
     return name if text in ("", "not an error") else f"{text} ({name})"

@@ -89,7 +89,7 @@ def _root_options(group: argparse._ActionsContainer, default: Callable[[Any], An
     )
     group.add_argument(
         "--jobs",
-        type=int,
+        type=_jobs,
         metavar="N",
         default=default(None),
         help="parallel file copies, 1 to 256 (default 8)",
@@ -179,6 +179,8 @@ def _checked(
 _percent = _checked("0 < PERCENT <= 100", lambda v: 0 < v <= 100)  # --sample
 _seconds = _checked("seconds from 0 to 86400", lambda v: 0 <= v <= 86400)  # --grace, --stop-timeout
 _positive = _checked("a whole number >= 1", lambda v: v >= 1, whole=True)  # --max-entries
+_jobs = _checked("parallel file copies, 1 to 256", lambda v: True, whole=True)  # range: config
+_interval = _checked("seconds from 0.1 to 86400", lambda v: True)  # run --interval; config too
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -371,7 +373,7 @@ def _explain_and_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     u.add_argument(
         "--interval",
-        type=float,
+        type=_interval,
         metavar="S",
         help="seconds between checkpoints, 0.1 to 86400 (default: interval, 15)",
     )

@@ -132,7 +132,13 @@ def _run(engine: Engine, args: argparse.Namespace) -> int:
         )
         return 2
     runner = Runner(engine, watch=not args.no_watch, takeover=args.takeover)
-    return Supervisor(runner, cmd, grace=args.grace, stop_timeout=args.stop_timeout).run()
+    return Supervisor(
+        runner,
+        cmd,
+        grace=args.grace,
+        stop_timeout=args.stop_timeout,
+        quiet=args.quiet or args.log_json,
+    ).run()
 
 
 def _checkpoint(engine: Engine, args: argparse.Namespace) -> Report:
@@ -166,9 +172,54 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose, args.quiet, args.log_json)
+    try:
+        code = _command(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        _quiet_stdout()  # `syncengine ... | head`: the reader has all it wanted
+        return 0
+    except KeyboardInterrupt:
+        print(
+            f"syncengine: {args.command} interrupted; what it published stays, "
+            "the next run carries on from there",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
+
+
+def _stdout_closed() -> bool:
+    """Whether the reader of stdout went away (a pipe whose other end is closed)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return True  # no stdout to write to at all
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that what is still buffered is not written at exit
+    (where a closed pipe would print "Exception ignored ... BrokenPipeError")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _command(args: argparse.Namespace) -> int:
     engine = None
     try:
         bar = _progress_bar(args, sys.stderr)
@@ -217,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"syncengine: {exc}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # no layer translated it: still one line, the path and the fix
+        if isinstance(exc, BrokenPipeError) and _stdout_closed():
+            raise  # not an error: `main` ends quietly
         error = engine.os_error(args.command, exc) if engine is not None else exc
         print(f"syncengine: {error}", file=sys.stderr)
         return 1

@@ -21,9 +21,12 @@ def report(report: Report, quiet: bool) -> None:
         print("checkpoint skipped: another checkpoint or restore is running")
         return
     stopped: dict[str, list[str]] = {}  # one message, every adapter it stopped
+    absent = [a.name for a in report.adapters if a.absent and a.ok]
     for a in report.adapters:
         if a.fatal:
             stopped.setdefault(a.fatal, []).append(a.name)
+        elif a.absent:  # all of them in one line below
+            continue
         elif report.dry_run:
             print(f"{a.name}: {len(a.plan)} action(s)")
             for line in a.plan:
@@ -43,6 +46,8 @@ def report(report: Report, quiet: bool) -> None:
             )
         for e in a.errors:
             print(f"syncengine: {e}", file=sys.stderr)
+    if absent and not quiet:
+        print(f"no live tree yet (nothing to checkpoint): {', '.join(absent)}")
     for message, names in stopped.items():
         print(
             f"syncengine: {report.operation} stopped ({', '.join(names)}): {message}",

@@ -117,6 +117,12 @@ class Config:
     lease_wait: float = DEFAULT_LEASE_WAIT
     lease_lost: str = "stop"  # run, once fenced: "stop" COMMAND and exit 76, or "keep" it
 
+    @property
+    def durable_id(self) -> str:
+        """The durable root as one store: its path, or the bucket's URL and endpoint (a
+        state dir whose indexes were another store's starts over, `leasefile.load`)."""
+        return self.s3.identity() if self.s3 is not None else str(self.durable_root)
+
     def adapter(self, name: str) -> AdapterSpec:
         for spec in self.adapters:
             if spec.name == name:

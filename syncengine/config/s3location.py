@@ -44,6 +44,11 @@ class S3Location:
         path = "/".join(p for p in (self.prefix, key) if p)
         return f"{SCHEME}{self.bucket}/{path}" if path else f"{SCHEME}{self.bucket}"
 
+    def identity(self) -> str:
+        """What makes this bucket prefix one store and not another (``lease.json``'s root):
+        the URL and the endpoint that serves it (AWS's bucket names are global)."""
+        return f"{self.url()} at {self.endpoint or 'AWS'}"
+
     def describe(self) -> str:
         """The backend, endpoint and bucket for `status` (never a secret)."""
         endpoint = self.endpoint or f"AWS ({self.region or 'default region'})"

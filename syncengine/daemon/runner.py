@@ -54,15 +54,22 @@ def describe_failure(report: Report) -> str:
 def describe_start(report: Report, config: Config, interval: float, mode: str) -> str:
     """One line: what the restore brought back, and what the loop will checkpoint."""
     kept = sum(a.kept_local for a in report.adapters)
+    same = sum(a.unchanged for a in report.adapters)
     live = [s.name for s in config.adapters if s.live.is_dir()]
     waiting = [s.name for s in config.adapters if not s.live.is_dir()]
     return (
         f"restored {report.files} file(s), {report.bytes} bytes"
+        + (f", {same} unchanged" if same else "")
         + (f" ({kept} newer local kept)" if kept else "")
         + f"; checkpointing {', '.join(live) or 'nothing yet'} every {interval:g}s "
         f"(mode {mode})"
         + (f"; no live tree yet (taken once it appears): {', '.join(waiting)}" if waiting else "")
     )
+
+
+def describe_pass(report: Report) -> str:
+    """One line: what a complete checkpoint published."""
+    return f"published {report.files} file(s), {report.bytes} bytes; all durable"
 
 
 class Runner:

@@ -34,7 +34,7 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-from syncengine.daemon.runner import Runner
+from syncengine.daemon.runner import Runner, describe_pass, describe_start
 from syncengine.errors import Incomplete, LeaseHeld, LeaseLost
 
 log = logging.getLogger("syncengine")
@@ -55,8 +55,10 @@ class Supervisor:
         grace: float = 1.0,
         stop_timeout: float = 10.0,
         reap_orphans: bool | None = None,
+        quiet: bool = False,
     ) -> None:
         self.runner = runner
+        self.quiet = quiet  # -q: not the restore and final-checkpoint lines
         self.command = list(command)
         self.grace = grace
         self.stop_timeout = stop_timeout
@@ -171,9 +173,14 @@ class Supervisor:
                 self.runner.stop()
             self._uninstall(old)
 
+    def _say(self, line: str) -> None:
+        """What `run` did, one line on stderr (stdout is COMMAND's)."""
+        if not self.quiet:
+            print(f"syncengine run: {line}", file=sys.stderr, flush=True)
+
     def _run(self) -> int:
         try:
-            self.runner.start()
+            restored = self.runner.start()
         except LeaseHeld as exc:
             print(
                 f"syncengine run: {exc}\nsyncengine run: not starting {self.command[0]}",
@@ -186,6 +193,8 @@ class Supervisor:
                 file=sys.stderr,
             )
             return 1
+        runner = self.runner
+        self._say(describe_start(restored, runner.engine.config, runner.interval, runner.mode))
         if self.signals:
             self._final()
             return 128 + self.signals[0]
@@ -266,6 +275,8 @@ class Supervisor:
             self.final_ok = False
             return
         self.final_ok = report is None or report.ok
+        if report is not None and report.ok:
+            self._say(f"final checkpoint: {describe_pass(report)}")
         if report is not None and not report.ok:
             log.error(
                 "run.final-checkpoint-incomplete files=%d errors=%d",
@@ -287,6 +298,8 @@ class Supervisor:
             self.final_ok = False
             return
         self.final_ok = report.ok
+        if report.ok:
+            self._say(f"checkpoint after {self.command[0]} exited: {describe_pass(report)}")
         log.info(
             "run.checkpoint kind=%s files=%d ok=%s",
             kind,

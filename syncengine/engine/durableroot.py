@@ -32,6 +32,7 @@ class DurableRoot:
         self._uploads: writeback.Uploads | None = None  # for self._caps's mount instance
         self._jobs: int | None = None
         self._bucket_checked = False  # s3:// durable_root: reached once (one LIST)
+        self._reached = False  # `reach`: checked once by this engine
 
     def check(self) -> None:
         """Refuse a durable root that is missing, not mounted when it must be, or unhealthy."""
@@ -47,6 +48,13 @@ class DurableRoot:
             require_mount=self.config.require_mount,
             state_dir=self.config.state_dir,
         )
+
+    def reach(self) -> None:
+        """`check`, once per engine: a pass with nothing to publish still finds out that
+        the store is unreachable, missing or refuses our credentials (docs/IDLE.md)."""
+        if not self._reached:
+            self.check()
+            self._reached = True
 
     def copy_jobs(self) -> int:
         """Parallel copies: `jobs` on a FUSE or network mount, one thread on a local disk

@@ -179,20 +179,20 @@ class Engine:
     ) -> Report:
         """Publish what changed in each adapter's live tree.
 
-        With ``wait=False`` (the periodic timer) a run that finds another one
-        holding the lock returns at once with ``skipped_busy=True``; with
-        `lock_timeout` it waits that long at most.  With ``final=True`` (after
-        the writers stopped) append-only logs are published to their exact
-        end, trailing partial line included.  `hints` (from a file watcher)
-        maps an adapter name to the relative paths that changed, or None for a
-        full walk; adapters not in it are walked in full (and paths that changed
-        last pass again).  `check_durable`: the start-up check first (a fork is
-        repaired), whatever was checked before.
-        """
+        With ``wait=False`` (the periodic timer) a run that finds another one holding
+        the lock returns at once with ``skipped_busy=True``; with `lock_timeout` it waits
+        that long at most.  With ``final=True`` (after the writers stopped) append-only
+        logs are published to their exact end, trailing partial line included.  `hints`
+        (from a file watcher) maps an adapter name to the relative paths that changed,
+        or None for a full walk; adapters not in it are walked in full (and paths that
+        changed last pass again).  `check_durable`: the start-up check first (a fork is
+        repaired), whatever was checked before.  The durable root is reached once per
+        engine, even by a pass with nothing to publish (docs/IDLE.md)."""
         started = self.clock()
         t0 = time.monotonic()
         specs = self.config.select(adapters)
         self.check_local_root()
+        self.durable.reach()
         lock = StateLock(
             self.config.state_dir, wait=wait or lock_timeout is not None, timeout=lock_timeout
         )

@@ -150,7 +150,7 @@ class Passes:
                 reason,
             )
         if not result.exists:
-            return [AdapterReport(state.name)]
+            return [AdapterReport(state.name, absent=True)]
         # a full listing rebuilds the directory table: what it saw, before the pass
         scanned = (
             missing_mod.walk_coverage(state, result)

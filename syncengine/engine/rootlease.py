@@ -49,7 +49,7 @@ class RootLease:
         self.holder = LeaseHolder(
             lambda: durable.lazy_store(config.durable_root),
             config.state_dir,
-            str(config.durable_root),
+            config.durable_id,  # a bucket: with its endpoint
             lease_seconds=config.lease_seconds,
             lease_wait=config.lease_wait,
             floor=self._floor,
@@ -81,7 +81,9 @@ class RootLease:
         """Before a checkpoint or restore plans: a state dir that wrote another durable
         root last has indexes of that root; they go, so this root gets everything."""
         if self.holder.forget_root():
-            self._forget_indexes("this state dir wrote another durable root last")
+            self._forget_indexes(
+                f"this state dir wrote another durable root last, not {self.config.durable_id}"
+            )
 
     def after_restore(self, adapters: list[str]) -> None:
         """After a restore that took nothing: these adapters' indexes were built from the

@@ -170,14 +170,19 @@ class Taking:
             if now >= deadline:
                 raise LeaseHeld(decision.held(self.store.describe(), self.lease_wait))
             if not said:
-                log.info(
-                    "lease.waiting holder=%s until=%s",
-                    decision.holder,
-                    lease.when(decision.until),
-                    extra={"event": "lease.waiting"},
-                )
+                text = self._waiting(decision.holder, decision.until, deadline - now)
+                log.warning("lease.waiting %s", text, extra={"event": "lease.waiting"})
                 said = True
             self.sleep(max(0.05, min(POLL, decision.until - now, deadline - now)))
+
+    def _waiting(self, holder: str, until: float, left: float) -> str:
+        """Said at once, without -v (the command is not hung): who holds the lease, until
+        when, and that this one waits."""
+        return (
+            f"holder={holder} until={lease.when(until)}: another instance writes "
+            f"{self.store.describe()}; waiting up to {max(0.0, left):.0f}s for its lease "
+            "(--takeover takes it now)"
+        )
 
     def _take(self, decision: leasing.Take, found: lease.Found, *, taken: bool = True) -> bool:
         """Create the generation `decision` names; `taken`: this process releases it (else

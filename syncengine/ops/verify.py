@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +149,13 @@ def sampled(path: str, seq: int, percent: float) -> bool:
     return xxhash.xxh3_64_intdigest(path.encode(), seed=seq) % 10000 < percent * 100
 
 
+def always_sampled(entries: Iterable[Entry], seq: int) -> str | None:
+    """The file or log read back at any sample, so that a sample is never empty when
+    there are any: the one whose path hashes lowest (deterministic like `sampled`)."""
+    readable = [e.path for e in entries if e.kind in ("file", "segments")]
+    return min(readable, key=lambda p: xxhash.xxh3_64_intdigest(p.encode(), seed=seq), default=None)
+
+
 @attrs.define
 class _Progress:
     seq: int
@@ -207,14 +214,16 @@ def verify_adapter(
         problems += _manifest_problems(name, store, index, state)
     notes = [f"manifest: {w}" for w in state.warnings]
     check = _checker(name, store, state_dir, notes, state.last_seq)
-    meter = progress.start(
-        "verify",
-        name,
-        len(todo),
-        sum(e.size for e in todo if sampled(e.path, state.last_seq, sample)),
-    )
+    first = always_sampled(entries, prog.seq)
+
+    def picked(path: str) -> bool:
+        return path == first or sampled(path, prog.seq, prog.sample)
+
+    meter = progress.start("verify", name, len(todo), sum(e.size for e in todo if picked(e.path)))
     with store.batch():
-        complete = _check_all(name, todo, check, prog, problems, progress_path, meter, limit)
+        complete = _check_all(
+            name, todo, check, prog, problems, progress_path, meter, limit, picked
+        )
     meter.finish()
     unlisted: tuple[str, ...] = ()
     if complete:
@@ -246,6 +255,7 @@ def _check_all(
     progress_path: Path,
     meter: Progress,
     limit: int | None,
+    picked: Callable[[str], bool],
 ) -> bool:
     """Check `todo` in order, saving progress every `SAVE_EVERY` entries; False: stopped
     at `limit` (progress saved), to be resumed after `prog.cursor`."""
@@ -254,7 +264,7 @@ def _check_all(
             prog.problems = [[p.path, p.what] for p in problems]
             prog.save(progress_path)
             return False
-        found, read = check.entry(entry, sampled(entry.path, prog.seq, prog.sample))
+        found, read = check.entry(entry, picked(entry.path))
         problems.extend(Problem(name, entry.path, w) for w in found)
         prog.checked += 1
         prog.hashed += read is not None

@@ -52,12 +52,20 @@ class MakeLink:
         return f"link {self.entry.path} -> {self.entry.target} ({self.reason})"
 
 
+SAME = "same"  # KeepLocal's reason when the local copy is the recorded one
+
+
 @attrs.frozen
 class KeepLocal:
-    """The local copy is newer (hot restart) or is not a regular file: leave it."""
+    """The local copy is newer (hot restart), the same, or not a regular file: leave it."""
 
     entry: Entry
     reason: str
+
+    @property
+    def same(self) -> bool:
+        """The local copy is the recorded one (same time and size): unchanged, not kept."""
+        return self.reason == SAME
 
     def __str__(self) -> str:
         return f"keep {self.entry.path} ({self.reason})"
@@ -162,7 +170,7 @@ def _plan_dir_restore(entry: Entry, local: LocalState | None) -> MakeDir | KeepL
     if local.kind != "dir":
         return KeepLocal(entry, "local path is a file, symlink or special file, not a directory")
     if local.mode == entry.mode:
-        return KeepLocal(entry, "same")
+        return KeepLocal(entry, SAME)
     return KeepLocal(entry, f"exists locally with mode {local.mode:04o}; its mode is kept")
 
 
@@ -187,7 +195,7 @@ def keep_reason(entry: Entry, local: LocalState) -> str | None:
     if local.mtime_ns > entry.mtime_ns:
         return "local copy is newer"
     if local.mtime_ns == entry.mtime_ns and (entry.kind == "symlink" or local.size == entry.size):
-        return "same"
+        return SAME
     if local.mtime_ns == entry.mtime_ns:
         return "same time, different size: local wins"
     return None

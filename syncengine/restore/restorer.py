@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 
@@ -182,7 +183,7 @@ def run(
     """Carry out a restore plan for one adapter."""
     errors: list[PathError] = []
     restored: list[Done] = []
-    counts = {"kept": 0, "links": 0, "skipped": 0, "newer": 0, "dbs": 0, "db_bytes": 0}
+    counts: Counter[str] = Counter()  # kept, unchanged, links, skipped, newer, dbs, db_bytes
     fatal = None
     index = state.index
     fetches = [a for a in actions if isinstance(a, (Fetch, MakeLink))]
@@ -223,6 +224,7 @@ def run(
         name=state.name,
         files=len(files) + counts["dbs"],
         bytes=sum(e.size for e in files) + counts["db_bytes"],
+        unchanged=counts["unchanged"],
         kept_local=counts["kept"],
         links=len(restored) - len(files),
         dirs=len(made),
@@ -266,7 +268,7 @@ def _settle_unplaced(
     """The actions that place nothing: a kept local copy is seeded, a refusal reported."""
     for other in actions:
         if isinstance(other, KeepLocal):
-            counts["kept"] += other.entry.kind != "dir"
+            counts["unchanged" if other.same else "kept"] += other.entry.kind != "dir"
             _seed(state.index, other.entry)
         elif isinstance(other, Reject):
             errors.append(PathError(state.name, other.entry.path, "restore", other.reason))
@@ -335,7 +337,7 @@ def _collect(
         restored.append(result)
         counts["newer"] += result[0] is not action.entry and result[0].kind == "file"
     elif isinstance(result, KeepLocal):  # a log: its chain is not newer
-        counts["kept"] += 1
+        counts["unchanged" if result.same else "kept"] += 1
         _seed(state.index, result.entry)
     elif isinstance(result, Vanished):
         counts["skipped"] += 1
