@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from syncengine.__about__ import __version__
-from syncengine.cli import lease
+from syncengine.cli import lease, statusview
 
 EPILOG = """\
 exit codes:
@@ -196,12 +196,13 @@ def build_parser() -> argparse.ArgumentParser:
     _pass_commands(sub)  # in this order in --help
     _durable_commands(sub)
     _explain_and_run(sub)
+    _run_command(sub)
     lease.add_parser(functools.partial(_command, sub))
     return p
 
 
 def _pass_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """checkpoint, restore and status."""
+    """checkpoint, restore and status (its grammar is `statusview`'s)."""
     c = _command(
         sub,
         "checkpoint",
@@ -240,15 +241,7 @@ def _pass_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     r.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     r.add_argument("--takeover", action="store_true", help=lease.TAKEOVER)
 
-    s = _command(
-        sub,
-        "status",
-        help="effective configuration and per-adapter state",
-        description="Show each configuration value and where it came from, and "
-        "per adapter the last checkpoint, files and bytes published, and errors. "
-        "Reads local state only.",
-    )
-    s.add_argument("--json", action="store_true", help="machine-readable output")
+    statusview.add_parser(functools.partial(_command, sub))
 
 
 def _durable_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -356,6 +349,9 @@ def _explain_and_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     x.add_argument("--json", action="store_true", help="machine-readable output")
 
+
+def _run_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """run: the container entrypoint."""
     u = _command(
         sub,
         "run",

@@ -176,7 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bar is not None:
             engine.progress = attrs.evolve(engine.progress, bar=bar)
         if args.command == "status":
-            printing.status(engine.status(), as_json=args.json)
+            from syncengine.cli import statusview
+
+            statusview.show(engine.status(), as_json=args.json, settings=args.settings)
             return 0
         if args.command == "export":
             return _export(engine, args.path, args.adapter, args.output)

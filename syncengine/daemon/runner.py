@@ -129,6 +129,7 @@ class Runner:
         self._running = True
         self._thread = threading.Thread(target=self._loop, name="syncengine-runner", daemon=True)
         self._thread.start()
+        self._write_status()  # `status`: running, before the first pass
         log.info(
             "runner.started %s",
             describe_start(report, self.engine.config, self.interval, self.mode),
