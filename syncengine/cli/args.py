@@ -391,4 +391,10 @@ def _run_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="walk the trees every pass instead of using inotify hints",
     )
     u.add_argument("--takeover", action="store_true", help=lease.TAKEOVER)
+    u.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (docs/METRICS.md; "
+        "default: metrics_address, else off; port 0: any free port, shown by status)",
+    )
     u.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")

@@ -163,6 +163,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             for key in ("live", "durable")
         },
         "interval": getattr(args, "interval", None),  # run --interval
+        "metrics_address": getattr(args, "metrics_address", None),  # run --metrics-address
     }
 
 

@@ -123,6 +123,7 @@ SHOWN_KEYS = (
     "confirm_timeout",
     "home",
     "plain_after",
+    "metrics_address",
 )
 
 
