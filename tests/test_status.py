@@ -90,7 +90,7 @@ def test_status_after_a_clean_stop_says_the_final_checkpoint_completed(
     assert rc == 0, err
     text = _status(cli, tree)
     lines = text.splitlines()
-    assert lines[0].startswith("protected: NO: no daemon running"), text
+    assert lines[0].startswith("protected: no: no daemon running"), text
     assert re.match(r"could lose: up to [\d.]+ s of changes \(the loss window of x\)", lines[1])
     assert lines[2].startswith("last stop: final checkpoint complete, 20"), text
     assert "its pass published 1 file(s), 2.9 KiB" in text  # human units

@@ -155,7 +155,7 @@ def _protected(daemon: dict[str, Any]) -> str:
             "checkpoints this state now"
         )
     if not daemon.get("running"):
-        return "NO: no daemon running (changes are checkpointed only by `syncengine checkpoint`)"
+        return "no: no daemon running (changes are checkpointed only by `syncengine checkpoint`)"
     if daemon.get("lease_lost"):
         return f"NO: `syncengine run` (pid {pid}) lost the lease and checkpoints no more"
     how = (

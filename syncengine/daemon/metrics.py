@@ -112,9 +112,6 @@ class Metrics:
 def _families(
     adapters: Mapping[str, AdapterMetrics], lease: Mapping[str, Any], now: float
 ) -> Iterable[str]:
-    def each(value: Callable[[AdapterMetrics], float | None]) -> list[tuple[str, float]]:
-        return _each(adapters, value)
-
     yield _family(
         "syncengine_info", "gauge", "The running syncengine.", [(_labels(version=__version__), 1)]
     )
@@ -123,25 +120,28 @@ def _families(
         "gauge",
         "Seconds since the last complete checkpoint started: changes made since are not "
         "durable yet (absent before the first).",
-        each(lambda m: None if m.last_checkpoint is None else max(0.0, now - m.last_checkpoint)),
+        _each(
+            adapters,
+            lambda m: None if m.last_checkpoint is None else max(0.0, now - m.last_checkpoint),
+        ),
     )
     yield _family(
         "syncengine_last_checkpoint_timestamp_seconds",
         "gauge",
         "When the last complete checkpoint started (seconds since the epoch).",
-        each(lambda m: m.last_checkpoint),
+        _each(adapters, lambda m: m.last_checkpoint),
     )
     yield _family(
         "syncengine_published_files_total",
         "counter",
         "Files published since the start, each a new closed object.",
-        each(lambda m: m.files),
+        _each(adapters, lambda m: m.files),
     )
     yield _family(
         "syncengine_published_bytes_total",
         "counter",
         "Bytes published since the start.",
-        each(lambda m: m.bytes),
+        _each(adapters, lambda m: m.bytes),
     )
     yield from _pass_families(adapters)
     yield from _restore_families(adapters)
