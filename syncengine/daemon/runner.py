@@ -72,6 +72,10 @@ def describe_start(report: Report, config: Config, interval: float, mode: str) -
     )
 
 
+def _seconds(ns: Any) -> float | None:
+    return ns / 1e9 if isinstance(ns, int) and ns > 0 else None
+
+
 class Runner:
     """Restore, check the durable side against the index, then checkpoint every
     `interval` seconds in a thread; final pass on stop."""
@@ -127,12 +131,12 @@ class Runner:
         self._serve_metrics()  # first: the lease wait and the restore's progress are seen
         try:
             report = self._restore()
+            # The index must not be ahead of the bucket (a write-back mount that lost
+            # uploads): compared now, so the first pass publishes again what it lacks.
+            self.engine.check_durable()
         except BaseException:
             self._stop_metrics()
             raise
-        # The index must not be ahead of the bucket (a write-back mount that lost uploads):
-        # compared now, so the first pass publishes again what the bucket lacks.
-        self.engine.check_durable()
         if self.watcher is not None:
             self.watcher.start()
         self._stop.clear()
@@ -156,15 +160,18 @@ class Runner:
             exc = Incomplete("restore incomplete, not starting:\n" + describe_failure(report))
             exc.report = report  # type: ignore[attr-defined]
             raise exc
-        if self.metrics is not None:
-            cfg = self.engine.config
-            last = {
-                s.name: status_files.read_json(status_files.status_path(cfg.state_dir, s.name)).get(
-                    "last_checkpoint_ns"
-                )
-                for s in cfg.adapters
-            }
-            self.metrics.started({k: v / 1e9 if v else None for k, v in last.items()})
+        if self.metrics is not None:  # the loss window runs from the checkpoints before
+            state_dir = self.engine.config.state_dir
+            self.metrics.started(
+                {
+                    s.name: _seconds(
+                        status_files.read_json(status_files.status_path(state_dir, s.name)).get(
+                            "last_checkpoint_ns"
+                        )
+                    )
+                    for s in self.engine.config.adapters
+                }
+            )
         return report
 
     def stop(self) -> Report | None:
