@@ -54,10 +54,14 @@ class Reporter:
     every: float = 5.0  # seconds between log lines
     bar: TextIO | None = None  # a terminal: redraw a bar here
     bar_every: float = 0.5
+    watch: Callable[[Progress], None] | None = None  # handed each meter (the runner's metrics)
 
     def start(self, operation: str, label: str, files: int, nbytes: int) -> Progress:
         """A meter for one operation on one adapter, with its totals."""
-        return Progress(self, operation, label, files, nbytes, self.clock())
+        meter = Progress(self, operation, label, files, nbytes, self.clock())
+        if self.watch is not None:
+            self.watch(meter)
+        return meter
 
 
 @attrs.define

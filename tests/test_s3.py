@@ -129,7 +129,7 @@ def test_the_command_checkpoints_to_and_restores_from_a_bucket(dep: Deployment) 
 
 def test_status_shows_endpoint_and_bucket_and_no_secret(dep: Deployment) -> None:
     env = dep.env(AWS_SECRET_ACCESS_KEY="s3cr3t-value", AWS_SESSION_TOKEN="t0ken-value")
-    proc = dep.run("status", env=env)
+    proc = dep.run("status", "--settings", env=env)
     assert proc.returncode == 0, proc.stderr
     assert f"endpoint={dep.server.endpoint}" in proc.stdout
     assert f"bucket={dep.bucket}" in proc.stdout

@@ -175,7 +175,7 @@ def test_a_legacy_tree_in_the_bucket_migrates_and_restores(old: Bucket) -> None:
 
 
 def test_status_names_the_legacy_home_by_its_url(old: Bucket) -> None:
-    out = _ok(old.run("status"))
+    out = _ok(old.run("status", "--settings"))
     assert f"s3://{old.bucket}/data/home  (config {old.config})" in out and "/s3:" not in out
 
 

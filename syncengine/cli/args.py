@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from syncengine.__about__ import __version__
-from syncengine.cli import lease
+from syncengine.cli import lease, statusview
 
 EPILOG = """\
 exit codes:
@@ -198,12 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
     _pass_commands(sub)  # in this order in --help
     _durable_commands(sub)
     _explain_and_run(sub)
+    _run_command(sub)
     lease.add_parser(functools.partial(_command, sub))
     return p
 
 
 def _pass_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """checkpoint, restore and status."""
+    """checkpoint, restore and status (its grammar is `statusview`'s)."""
     c = _command(
         sub,
         "checkpoint",
@@ -242,15 +243,7 @@ def _pass_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     r.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     r.add_argument("--takeover", action="store_true", help=lease.TAKEOVER)
 
-    s = _command(
-        sub,
-        "status",
-        help="effective configuration and per-adapter state",
-        description="Show each configuration value and where it came from, and "
-        "per adapter the last checkpoint, files and bytes published, and errors. "
-        "Reads local state only.",
-    )
-    s.add_argument("--json", action="store_true", help="machine-readable output")
+    statusview.add_parser(functools.partial(_command, sub))
 
 
 def _durable_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -358,6 +351,9 @@ def _explain_and_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     x.add_argument("--json", action="store_true", help="machine-readable output")
 
+
+def _run_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """run: the container entrypoint."""
     u = _command(
         sub,
         "run",
@@ -397,4 +393,10 @@ def _explain_and_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="walk the trees every pass instead of using inotify hints",
     )
     u.add_argument("--takeover", action="store_true", help=lease.TAKEOVER)
+    u.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (docs/METRICS.md; "
+        "default: metrics_address, else off; port 0: any free port, shown by status)",
+    )
     u.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")

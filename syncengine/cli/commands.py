@@ -169,6 +169,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             for key in ("live", "durable")
         },
         "interval": getattr(args, "interval", None),  # run --interval
+        "metrics_address": getattr(args, "metrics_address", None),  # run --metrics-address
     }
 
 
@@ -228,7 +229,9 @@ def _command(args: argparse.Namespace) -> int:
             progress=Reporter(bar=bar) if bar is not None else None,
         )
         if args.command == "status":
-            printing.status(engine.status(), as_json=args.json)
+            from syncengine.cli import statusview
+
+            statusview.show(engine.status(), as_json=args.json, settings=args.settings)
             return 0
         if args.command == "export":
             return _export(engine, args.path, args.adapter, args.output)

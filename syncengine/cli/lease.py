@@ -1,5 +1,5 @@
-"""The command line's lease parts: ``syncengine lease release --force``, and the lease
-lines of ``syncengine status``.
+"""The command line's lease parts: ``syncengine lease release --force`` (the lease lines
+of ``syncengine status`` are `syncengine.cli.statusview`'s).
 
 Owns how the durable root's lease (issue 16; `syncengine.local.leaseholder`) is
 shown to and changed by an operator.  Grammar only in `add_parser`; the
@@ -55,21 +55,4 @@ def command(engine: Engine, args: argparse.Namespace) -> int:
     return 0
 
 
-def status_lines(status: dict[str, Any]) -> list[str]:
-    """The lease lines of ``syncengine status``."""
-    lease = status.get("lease") or {}
-    if "error" in lease:
-        return [f"lease: unknown ({lease['error']})"]
-    if not lease.get("generation"):
-        return ["lease: none yet (taken by the first checkpoint that writes)"]
-    if lease.get("holder") is None:
-        return [f"lease: generation {lease['generation']}, unreadable ({lease.get('unreadable')})"]
-    state = "released" if lease.get("released") else f"expires {lease.get('expires')}"
-    lines = [f"lease: generation {lease['generation']} held by {lease['holder']}, {state}"]
-    lost = (status.get("daemon") or {}).get("lease_lost")
-    if lost:
-        lines.append(f"  LEASE LOST: {lost}")
-    return lines
-
-
-__all__ = ["add_parser", "command", "status_lines"]
+__all__ = ["add_parser", "command"]

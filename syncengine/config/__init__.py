@@ -68,6 +68,7 @@ TOP_KEYS = frozenset(
         "lease_seconds",
         "lease_wait",
         "lease_lost",
+        "metrics_address",
     }
 )
 GC_KEYS = frozenset({"absent_passes", "grace_seconds", "min_present_ratio", "staging_seconds"})
@@ -116,6 +117,7 @@ class Config:
     lease_seconds: float = DEFAULT_LEASE_SECONDS  # the durable root's lease (leaseholder.py)
     lease_wait: float = DEFAULT_LEASE_WAIT
     lease_lost: str = "stop"  # run, once fenced: "stop" COMMAND and exit 76, or "keep" it
+    metrics_address: str | None = None  # run: serve Prometheus metrics on HOST:PORT
 
     @property
     def durable_id(self) -> str:
@@ -240,6 +242,7 @@ def config_from_dict(
     gc = _gc_config(raw.get("gc", {}), origin)
     write_back, rclone_rc = _write_back(layers)
     confirm = layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)
+    metrics_address = _metrics_address(layers)
     return Config(
         local_root=local_root,
         durable_root=durable_root,
@@ -259,6 +262,7 @@ def config_from_dict(
         home=home,
         plain_after=float(plain_after),
         s3=s3,
+        metrics_address=metrics_address,
         **_lease(layers),
     )
 
@@ -294,6 +298,31 @@ def _lease(layers: Layers) -> dict[str, Any]:
         "lease_wait": float(layers.number("lease_wait", default=DEFAULT_LEASE_WAIT)),
         "lease_lost": lost,
     }
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as (host, port); port 0: the system picks."""
+    host, sep, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(
+            f"metrics_address {address!r} is not HOST:PORT (e.g. 127.0.0.1:9108; "
+            "port 0 lets the system choose)"
+        )
+    return host, int(port)
+
+
+def _metrics_address(layers: Layers) -> str | None:
+    value = layers.get("metrics_address", None, None)
+    if value is None:
+        return None
+    try:
+        if not isinstance(value, str):
+            raise ConfigError(f"metrics_address must be a string HOST:PORT, not {value!r}")
+        split_address(value)
+    except ConfigError as exc:
+        raise ConfigError(f"{layers.sources['metrics_address']}: {exc}") from None
+    return value
 
 
 def _durable_root(layers: Layers, env: Mapping[str, str]) -> tuple[Path, S3Location | None]:
@@ -367,4 +396,5 @@ __all__ = [
     "check_number",
     "config_from_dict",
     "load_config",
+    "split_address",
 ]

@@ -4,9 +4,11 @@ Owns the checkpoint loop shared by Python services and ``syncengine run``:
 one pass per interval (``wait=False``: a pass that finds another checkpoint
 running skips its turn), driven by change hints from `syncengine.daemon.watch` when
 inotify is usable, a status file (``<state_dir>/daemon.json``) that
-``syncengine status`` reads from another process, and the final checkpoint on
-stop.  Passes of one runner never overlap (a mutex), and the state lock keeps
-them from overlapping with any other process's.
+``syncengine status`` reads from another process, the Prometheus metrics
+endpoint when given an address (`syncengine.daemon.metrics`; `metrics_address`
+says where it listens), and the final checkpoint on stop.  Passes of one runner
+never overlap (a mutex), and the state lock keeps them from overlapping with any
+other process's.
 
 `checkpoint_now` and the final pass walk the whole tree rather than use
 hints: inotify delivers events asynchronously, so a write made just before the
@@ -31,11 +33,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from syncengine.config import Config
+from syncengine.daemon.metrics import Metrics
+from syncengine.daemon.metricserver import MetricsServer
 from syncengine.daemon.watch import Watcher
 from syncengine.engine import Engine
 from syncengine.errors import Incomplete, LeaseLost, LockBusy
 from syncengine.fs import savefile
+from syncengine.local import status as status_files
 from syncengine.report import Report
 
 log = logging.getLogger("syncengine")
@@ -72,6 +79,10 @@ def describe_pass(report: Report) -> str:
     return f"published {report.files} file(s), {report.bytes} bytes; all durable"
 
 
+def _seconds(ns: Any) -> float | None:
+    return ns / 1e9 if isinstance(ns, int) and ns > 0 else None
+
+
 class Runner:
     """Restore, check the durable side against the index, then checkpoint every
     `interval` seconds in a thread; final pass on stop."""
@@ -85,6 +96,7 @@ class Runner:
         rescan_interval: float | None = None,
         takeover: bool = False,
         on_lease_lost: Callable[[], None] | None = None,
+        metrics_address: str | None = None,
     ) -> None:
         self.engine = engine if isinstance(engine, Engine) else Engine(engine)
         self.takeover = takeover  # take the durable root's lease without waiting
@@ -109,6 +121,10 @@ class Runner:
         self.last_ok_ns: int | None = None
         self.last_error: str | None = None
         self.final_ok: bool | None = None  # the checkpoint taken on stop (and any after it)
+        # Prometheus metrics on HOST:PORT (default: the config's metrics_address; None: off)
+        self._metrics_at = metrics_address or cfg.metrics_address
+        self.metrics: Metrics | None = None
+        self._metrics_server: MetricsServer | None = None
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> Report:
@@ -119,6 +135,30 @@ class Runner:
         """
         if self._running:
             raise RuntimeError("runner already started")
+        self._serve_metrics()  # first: the lease wait and the restore's progress are seen
+        try:
+            report = self._restore()
+            # The index must not be ahead of the bucket (a write-back mount that lost
+            # uploads): compared now, so the first pass publishes again what it lacks.
+            self.engine.check_durable()
+        except BaseException:
+            self._stop_metrics()
+            raise
+        if self.watcher is not None:
+            self.watcher.start()
+        self._stop.clear()
+        self._running = True
+        self._thread = threading.Thread(target=self._loop, name="syncengine-runner", daemon=True)
+        self._thread.start()
+        self._write_status()  # `status`: running, before the first pass
+        log.info(
+            "runner.started %s",
+            describe_start(report, self.engine.config, self.interval, self.mode),
+            extra={"event": "runner.started"},
+        )
+        return report
+
+    def _restore(self) -> Report:
         # one writer per durable root: wait for (or take over) another instance's lease
         self.engine.lease.acquire(takeover=self.takeover)
         report = self.engine.restore()
@@ -127,20 +167,18 @@ class Runner:
             exc = Incomplete("restore incomplete, not starting:\n" + describe_failure(report))
             exc.report = report  # type: ignore[attr-defined]
             raise exc
-        # The index must not be ahead of the bucket (a write-back mount that lost uploads):
-        # compared now, so the first pass publishes again what the bucket lacks.
-        self.engine.check_durable()
-        if self.watcher is not None:
-            self.watcher.start()
-        self._stop.clear()
-        self._running = True
-        self._thread = threading.Thread(target=self._loop, name="syncengine-runner", daemon=True)
-        self._thread.start()
-        log.info(
-            "runner.started %s",
-            describe_start(report, self.engine.config, self.interval, self.mode),
-            extra={"event": "runner.started"},
-        )
+        if self.metrics is not None:  # the loss window runs from the checkpoints before
+            state_dir = self.engine.config.state_dir
+            self.metrics.started(
+                {
+                    s.name: _seconds(
+                        status_files.read_json(status_files.status_path(state_dir, s.name)).get(
+                            "last_checkpoint_ns"
+                        )
+                    )
+                    for s in self.engine.config.adapters
+                }
+            )
         return report
 
     def stop(self) -> Report | None:
@@ -165,6 +203,7 @@ class Runner:
             if self.watcher is not None:
                 self.watcher.stop()
             self._write_status()
+            self._stop_metrics()
             log.info("runner.stopped passes=%d", self.passes, extra={"event": "runner.stopped"})
 
     def __enter__(self) -> Runner:
@@ -238,6 +277,10 @@ class Runner:
             except Exception as exc:
                 if isinstance(exc, LeaseLost):  # also in a final pass: `run` exits 76
                     self.lease_lost = str(exc)
+                if self.metrics is not None:
+                    self.metrics.pass_failed(
+                        "lease_lost" if isinstance(exc, LeaseLost) else "error"
+                    )
                 self._failed(kind, taken, str(exc))
                 if kind == "final" or not self._running:
                     self.final_ok = False
@@ -245,6 +288,8 @@ class Runner:
                 raise
             self.passes += 1
             self.last_pass_ns = report.started_ns
+            if self.metrics is not None:
+                self.metrics.passed(report)
             if kind == "final" or not self._running:  # the last word on what is durable
                 self.final_ok = report.ok
             if report.skipped_busy:
@@ -296,6 +341,25 @@ class Runner:
 
     # -- observability -------------------------------------------------------
     @property
+    def metrics_address(self) -> str | None:
+        """``HOST:PORT`` the metrics are served on, as bound (None: not serving)."""
+        return self._metrics_server.address if self._metrics_server is not None else None
+
+    def _serve_metrics(self) -> None:
+        if self._metrics_at is None:
+            return
+        cfg = self.engine.config
+        self.metrics = Metrics([s.name for s in cfg.adapters], self.engine.lease.holder.describe)
+        self.engine.progress = attrs.evolve(self.engine.progress, watch=self.metrics.watch)
+        self._metrics_server = MetricsServer(self._metrics_at, self.metrics.render)
+        self._metrics_server.start()
+
+    def _stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
+            self._metrics_server = None
+
+    @property
     def mode(self) -> str:
         return self.watcher.mode if self.watcher is not None else "scanning"
 
@@ -317,6 +381,7 @@ class Runner:
             "pending": pending,
             "lease": self.engine.lease.holder.describe(),
             "lease_lost": self.lease_lost,
+            "metrics_address": self.metrics_address,
             "updated_ns": time.time_ns(),
         }
 

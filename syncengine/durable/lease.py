@@ -189,7 +189,9 @@ def status(store: Store) -> dict[str, Any]:
     return {
         "generation": record.generation,
         "holder": str(record.holder),
-        "expires": when(record.expires),
+        "pid": record.holder.pid,
+        "host": record.holder.host,
+        "expires": record.expires,  # seconds since the epoch, as every time status gives
         "released": record.released,
     }
 

@@ -64,7 +64,7 @@ def restore_refusal(state_dir: os.PathLike[str] | str) -> str | None:
 
 
 def write_checkpoint(state_dir: Path, report: Report) -> None:
-    """Record one checkpoint per adapter: time, files, bytes, errors, running totals."""
+    """Record one checkpoint per adapter: time, files, bytes, duration, errors."""
     for rep in report.adapters:
         path = status_path(state_dir, rep.name)
         old = read_json(path)
@@ -75,8 +75,7 @@ def write_checkpoint(state_dir: Path, report: Report) -> None:
             "last_checkpoint_ns": now if rep.ok else old.get("last_checkpoint_ns"),
             "last_files": rep.files,
             "last_bytes": rep.bytes,
-            "total_files": int(old.get("total_files", 0)) + rep.files,
-            "total_bytes": int(old.get("total_bytes", 0)) + rep.bytes,
+            "last_duration_s": round(rep.duration_s, 3),
             "errors": [str(e) for e in rep.errors][:20],
             "last_error": rep.fatal
             or (
@@ -89,10 +88,22 @@ def write_checkpoint(state_dir: Path, report: Report) -> None:
 
 
 def write_restore(state_dir: Path, report: Report, now_ns: int) -> None:
-    """Record whether the last restore was complete (fsynced: a server start depends on it)."""
+    """Record whether the last restore was complete (fsynced: a server start depends on it),
+    and what it did per adapter (`status` says so until a checkpoint follows)."""
     data = {
         "complete": report.ok,
+        "started_ns": report.started_ns,
         "finished_ns": now_ns,
+        "adapters": {
+            a.name: {
+                "files": a.files,
+                "bytes": a.bytes,
+                "unchanged": a.unchanged,
+                "kept_local": a.kept_local,
+                "ok": a.ok,
+            }
+            for a in report.adapters
+        },
         "errors": [str(e) for e in report.errors][:50],
         "fatal": [f"{a.name}: {a.fatal}" for a in report.adapters if a.fatal],
     }
@@ -117,6 +128,7 @@ SHOWN_KEYS = (
     "confirm_timeout",
     "home",
     "plain_after",
+    "metrics_address",
 )
 
 
@@ -126,14 +138,17 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
     daemon = _daemon_status(cfg.state_dir / "daemon.json")
     pending = daemon.get("pending", {}) if daemon.get("running") else {}
     adapters = []
+    restore = read_json(cfg.state_dir / "restore.json")
     for spec in cfg.adapters:
         st = read_json(status_path(cfg.state_dir, spec.name))
         idx = Index.load(index_path(cfg.state_dir, spec.name))
+        restored = (restore.get("adapters") or {}).get(spec.name)
         last = st.get("last_checkpoint_ns")
         live_source = cfg.sources.get(f"live.{spec.name}", "default")
         adapters.append(
             {
                 "loss_window_s": round((now_ns - last) / 1e9, 3) if last else None,
+                "restored": restored,
                 "pending": pending.get(spec.name, 0) if daemon.get("running") else None,
                 "name": spec.name,
                 "live": str(spec.live),
@@ -147,7 +162,9 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
                 "indexed_files": len(idx) if idx is not None else 0,
                 "unconfirmed": len(idx.meta.get("unconfirmed") or {}) if idx is not None else 0,
                 "databases": _databases(idx) if idx is not None else [],
-                **{k: v for k, v in st.items() if k != "adapter"},
+                # a running count of everything ever published was shown next to the
+                # indexed files and read as their number (issue 28): no longer kept
+                **{k: v for k, v in st.items() if k not in _DROPPED},
             }
         )
     shown = {k: [_plain(getattr(cfg, k)), cfg.sources.get(k)] for k in SHOWN_KEYS}
@@ -169,6 +186,9 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
         "daemon": daemon or None,
         "adapters": adapters,
     }
+
+
+_DROPPED = frozenset({"adapter", "total_files", "total_bytes"})
 
 
 def _durable(cfg: Config, path: Path) -> str:
@@ -212,7 +232,8 @@ def _databases(index: Index) -> list[dict[str, Any]]:
 
 
 def _daemon_status(path: Path) -> dict[str, Any]:
-    """The runner's status file; `running` is cleared when its process is gone."""
+    """The runner's status file; `running` is cleared when its process is gone, and
+    `died` set: it stopped without its final checkpoint (SIGKILL, OOM, a crash)."""
     data = read_json(path)
     pid = data.get("pid")
     if data.get("running") and isinstance(pid, int):
@@ -220,6 +241,7 @@ def _daemon_status(path: Path) -> dict[str, Any]:
             os.kill(pid, 0)
         except ProcessLookupError:
             data["running"] = False
+            data["died"] = True
         except PermissionError:
             pass
     return data
