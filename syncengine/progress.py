@@ -54,13 +54,14 @@ class Reporter:
     every: float = 5.0  # seconds between log lines
     bar: TextIO | None = None  # a terminal: redraw a bar here
     bar_every: float = 0.5
-    watch: Callable[[Progress], None] | None = None  # handed each meter (the runner's metrics)
+    # handed each new meter (the runner's metrics add theirs): shared, never replaced
+    watchers: list[Callable[[Progress], None]] = attrs.field(factory=list, eq=False)
 
     def start(self, operation: str, label: str, files: int, nbytes: int) -> Progress:
         """A meter for one operation on one adapter, with its totals."""
         meter = Progress(self, operation, label, files, nbytes, self.clock())
-        if self.watch is not None:
-            self.watch(meter)
+        for watch in self.watchers:
+            watch(meter)
         return meter
 
 

@@ -1,11 +1,8 @@
 """The command line's grammar: commands, options, their checks and the ``--help`` text.
 
-Owns what ``syncengine`` accepts, and nothing it does: `build_parser` gives
-the parser `syncengine.cli.commands` runs.  Global options are accepted before and
-after the command.  Argument values that cannot be right (a percentage above
-100, negative seconds) are refused here with exit 2; configuration values
-(``--jobs``, ``run --interval``) are checked by `syncengine.config` with the
-rest of the configuration.
+Owns what ``syncengine`` accepts, not what it does (`build_parser`; run by
+`syncengine.cli.commands`).  Global options go before or after the command.
+Values that cannot be right are refused here with exit 2.
 """
 
 from __future__ import annotations

@@ -314,7 +314,7 @@ def split_address(address: str) -> tuple[str, int]:
 
 def _metrics_address(layers: Layers) -> str | None:
     value = layers.get("metrics_address", None, None)
-    if value is None:
+    if value is None or value == "":  # "": off, as when absent
         return None
     try:
         if not isinstance(value, str):

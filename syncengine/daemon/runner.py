@@ -33,8 +33,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import attrs
-
 from syncengine.config import Config
 from syncengine.daemon.metrics import Metrics
 from syncengine.daemon.metricserver import MetricsServer
@@ -350,12 +348,14 @@ class Runner:
             return
         cfg = self.engine.config
         self.metrics = Metrics([s.name for s in cfg.adapters], self.engine.lease.holder.describe)
-        self.engine.progress = attrs.evolve(self.engine.progress, watch=self.metrics.watch)
+        self.engine.progress.watchers.append(self.metrics.watch)
         self._metrics_server = MetricsServer(self._metrics_at, self.metrics.render)
         self._metrics_server.start()
 
     def _stop_metrics(self) -> None:
         if self._metrics_server is not None:
+            if self.metrics is not None and self.metrics.watch in self.engine.progress.watchers:
+                self.engine.progress.watchers.remove(self.metrics.watch)
             self._metrics_server.stop()
             self._metrics_server = None
 
