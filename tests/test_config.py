@@ -183,7 +183,8 @@ def test_help_documents_exit_codes(cli: CliRunner) -> None:
 
 def test_enabled_adapter_without_live_dir_is_not_an_error(tree: Tree, cli: CliRunner) -> None:
     out = cli("checkpoint", check=0)
-    assert "codex: published 0 file(s)" in out.stdout
+    assert "no live tree yet (nothing to checkpoint): " in out.stdout
+    assert "codex" in out.stdout.split("no live tree yet", 1)[1].splitlines()[0]
 
 
 def test_wheel_ships_the_builtin_adapters(tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def test_a_quiet_log_is_published_whole_at_its_plain_path_once(tree: Tree) -> No
     assert _plain(tree).read_bytes() == path.read_bytes()  # a direct listing shows it whole
     assert _plain(tree).stat().st_mtime_ns == path.stat().st_mtime_ns
     assert _entry(tree).extra["plain"]["size"] == 18, "the manifest records what is there"
-    with tree.no_durable_ops():  # current: an idle pass writes nothing
+    with tree.no_durable_ops(reach=True):  # current: an idle pass writes nothing
         assert _engine(tree, 15 + 200).checkpoint().files == 0
     # the next appends go to the chain again; once quiet, the plain copy follows
     _append(path, b'{"n": 3}\n', 220)
@@ -119,7 +119,7 @@ def test_a_final_checkpoint_leaves_every_log_whole_at_its_plain_path(tree: Tree)
     assert report.ok
     assert _plain(tree).read_bytes() == b"1\n2\nhalf"
     assert (tree.raw / "state/x/sessions/rollout-2.jsonl").read_bytes() == other.read_bytes()
-    with tree.no_durable_ops():
+    with tree.no_durable_ops(reach=True):
         assert _engine(tree, 20).checkpoint(final=True).files == 0
 
 

@@ -79,7 +79,7 @@ def test_restore_each_builtin_adapter_into_an_empty_tree(tree: Tree, cli: CliRun
         assert f"{name}: restored {len(entries)} file(s)" in out.stdout
     _check_restored(tree)
     # restored files are not uploaded again: the next checkpoint is idle
-    with tree.no_durable_ops():
+    with tree.no_durable_ops(reach=True):
         out = cli("checkpoint", check=0)
     assert "published 1" not in out.stdout and "unchanged" in out.stdout
 

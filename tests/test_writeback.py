@@ -254,7 +254,8 @@ def test_an_object_lost_while_its_manifest_landed_is_published_again(
 
 def test_a_pass_between_starts_does_not_look_at_the_bucket(deployment: Deployment) -> None:
     """The check costs one listing of the manifest folder at a start and nothing after:
-    a second one-shot checkpoint on the same mount instance is idle with 0 operations."""
+    a second one-shot checkpoint on the same mount instance is idle: no operation but
+    the one stat of the root every new engine makes to know it is reachable (IDLE.md)."""
     d = deployment
     d.write("a.md", b"a\n")
     assert d.engine().checkpoint().ok
@@ -267,7 +268,7 @@ def test_a_pass_between_starts_does_not_look_at_the_bucket(deployment: Deploymen
         k: after[k] - before.get(k, 0)
         for k in after
         if after[k] != before.get(k, 0) and k != "release"
-    } == {}
+    } in ({}, {"getattr": 1})
     d.land_and_remount()
     before = d.mount.stats()
     assert d.engine(write_back=False).checkpoint().ok

@@ -55,7 +55,7 @@ PLACEHOLDERS = ("{durable_root}", "{local_root}", "{durable}", "{live}", "{from}
 
 @attrs.frozen
 class MigrateStep:
-    """One `[[migrate]]` step of an adapter (see README "Migrating from the rsync layout").
+    """One `[[migrate]]` step of an adapter (see docs/MIGRATING.md).
 
     Paths keep their ``{durable_root}``, ``{local_root}``, ``{durable}``,
     ``{live}``, ``{home}`` and ``{from}`` placeholders; `syncengine.ops.migrate`

@@ -22,7 +22,7 @@ disagree about a file.  Its facts:
 So a copy that differs from its entry (hash, or size when it is not read) is
 *newer* only if an unrecorded version is possible, it is not a write-once
 object, and its mtime is later than the entry's.  Anything else is *corrupt*:
-that path's error, never a success.  The limit, documented in the README: a
+that path's error, never a success.  The limit, documented in docs/OPERATING.md: a
 copy rewritten by something other than syncengine with a later mtime, after a
 checkpoint was interrupted or on a machine without the writer's state dir,
 cannot be told from a newer version.

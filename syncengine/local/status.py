@@ -295,7 +295,7 @@ def write_back(cfg: Config) -> dict[str, Any] | None:
                 if caps.client == "rclone"
                 else "Use a mount that uploads during close, or rclone with its remote control"
             )
-            + " (README: Write-back mounts)"
+            + " (docs/OPERATING.md: Write-back mounts)"
         ),
     }
 

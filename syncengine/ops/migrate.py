@@ -2,7 +2,7 @@
 
 Owns `syncengine migrate`, which does what the design's container entrypoint
 did before its first ``restore``: it creates every adapter's live and durable
-directory, then runs each adapter's steps (config.MigrateStep; README
+directory, then runs each adapter's steps (config.MigrateStep; docs/MIGRATING.md
 "Migrating from the rsync layout").  Each step is *planned* by looking at the
 disk, giving frozen actions with a readable line each; a dry run prints them,
 a real run executes them under the state lock.  Nothing is ever deleted:

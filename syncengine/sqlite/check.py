@@ -24,8 +24,8 @@ CHECK constraint, SQLite 3.43) was never published under Python's SQLite
   each table on its own: a table that reports damage makes it ``corrupt``,
   the tables that need the missing piece are named as ``unchecked``.
 
-The caller decides what ``unchecked`` means (see the SQLite section of the
-README): a checkpoint publishes it, a restore keeps or restores it, verify
+The caller decides what ``unchecked`` means (see the SQLite section of
+docs/STATE.md): a checkpoint publishes it, a restore keeps or restores it, verify
 notes it; none of them ever accepts ``corrupt``.  Never open a database on
 the durable mount with this module: check a local copy.
 """

@@ -15,7 +15,7 @@ again on the same mount point usually gets the old ones back; a new process
 has a new pid and start time.  Where the process cannot be seen (another PID
 namespace, another user's process without root) the instance is the boot and
 the mount only, and a remount that reuses the mount id is not noticed (the
-README says so).
+docs/OPERATING.md says so).
 """
 
 from __future__ import annotations
