@@ -153,7 +153,9 @@ def always_sampled(entries: Iterable[Entry], seq: int) -> str | None:
     """The file or log read back at any sample, so that a sample is never empty when
     there are any: the one whose path hashes lowest (deterministic like `sampled`)."""
     readable = [e.path for e in entries if e.kind in ("file", "segments")]
-    return min(readable, key=lambda p: xxhash.xxh3_64_intdigest(p.encode(), seed=seq), default=None)
+    if not readable:
+        return None
+    return min(readable, key=lambda p: xxhash.xxh3_64_intdigest(p.encode(), seed=seq))
 
 
 @attrs.define
