@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
 from syncengine.__about__ import __version__
-from syncengine.cli import lease, statusview
+from syncengine.cli import argtypes, lease, runargs, statusview
 
 EPILOG = """\
 exit codes:
@@ -86,7 +85,7 @@ def _root_options(group: argparse._ActionsContainer, default: Callable[[Any], An
     )
     group.add_argument(
         "--jobs",
-        type=_jobs,
+        type=argtypes.jobs,
         metavar="N",
         default=default(None),
         help="parallel file copies, 1 to 256 (default: 8 on a mount or S3, 1 on local disk)",
@@ -156,31 +155,6 @@ def _command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _checked(
-    rule: str, ok: Callable[[float], bool] | None, *, whole: bool = False
-) -> Callable[[str], float]:
-    """An argparse type: a finite number for which `ok` holds, else exit 2 saying `rule`
-    (`ok` None: any number; its range is the configuration's check, one line)."""
-
-    def parse(text: str) -> float:
-        try:
-            value = int(text) if whole else float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number: {rule}") from None
-        if ok is not None and not (math.isfinite(value) and ok(value)):
-            raise argparse.ArgumentTypeError(f"{text} is out of range: {rule}")
-        return value
-
-    return parse
-
-
-_percent = _checked("0 < PERCENT <= 100", lambda v: 0 < v <= 100)  # --sample
-_seconds = _checked("seconds from 0 to 86400", lambda v: 0 <= v <= 86400)  # --grace, --stop-timeout
-_positive = _checked("a whole number >= 1", lambda v: v >= 1, whole=True)  # --max-entries
-_jobs = _checked("parallel file copies, 1 to 256", None, whole=True)  # range: config
-_interval = _checked("seconds from 0.1 to 86400", None)  # run --interval; range: config
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="syncengine",
@@ -196,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pass_commands(sub)  # in this order in --help
     _durable_commands(sub)
     _explain_and_run(sub)
-    _run_command(sub)
+    runargs.add_parser(functools.partial(_command, sub))
     lease.add_parser(functools.partial(_command, sub))
     return p
 
@@ -275,7 +249,7 @@ def _export_and_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     v.add_argument("adapters", nargs="*", metavar="ADAPTER", help="only these adapters")
     v.add_argument(
         "--sample",
-        type=_percent,
+        type=argtypes.percent,
         default=10.0,
         metavar="PERCENT",
         help="read back and hash this share of the files (default 10; 100 = all)",
@@ -284,7 +258,7 @@ def _export_and_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     v.add_argument("--restart", action="store_true", help="ignore saved progress")
     v.add_argument(
         "--max-entries",
-        type=_positive,
+        type=argtypes.positive,
         metavar="N",
         help="check at most N entries per adapter, then save progress and stop",
     )
@@ -348,53 +322,3 @@ def _explain_and_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "paths", nargs="*", metavar="PATH", help="absolute, or relative to the live tree"
     )
     x.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def _run_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """run: the container entrypoint."""
-    u = _command(
-        sub,
-        "run",
-        help="restore, run COMMAND, checkpoint until it exits",
-        description="Container entrypoint: take the durable root's lease (waiting for "
-        "another instance's), restore (COMMAND is not started if the restore is "
-        "incomplete), start COMMAND, checkpoint every interval (inotify hints when "
-        "available), forward SIGTERM/SIGINT/SIGHUP, take a final checkpoint, release "
-        "the lease, exit with COMMAND's status; 75 when COMMAND exited 0 but the final "
-        "checkpoint was incomplete (state since the last complete one is not durable); "
-        "76 when another instance took the lease over (COMMAND is stopped first); 77 "
-        "when another instance's lease did not come free within lease_wait.",
-    )
-    u.add_argument(
-        "--interval",
-        type=_interval,
-        metavar="S",
-        help="seconds between checkpoints, 0.1 to 86400 (default: interval, 15)",
-    )
-    u.add_argument(
-        "--grace",
-        type=_seconds,
-        default=1.0,
-        metavar="S",
-        help="after a signal, wait this long for COMMAND before the final checkpoint (default 1)",
-    )
-    u.add_argument(
-        "--stop-timeout",
-        type=_seconds,
-        default=10.0,
-        metavar="S",
-        help="SIGKILL COMMAND this long after the signal (default 10)",
-    )
-    u.add_argument(
-        "--no-watch",
-        action="store_true",
-        help="walk the trees every pass instead of using inotify hints",
-    )
-    u.add_argument("--takeover", action="store_true", help=lease.TAKEOVER)
-    u.add_argument(
-        "--metrics-address",
-        metavar="HOST:PORT",
-        help="serve Prometheus metrics at http://HOST:PORT/metrics (docs/METRICS.md; "
-        "default: metrics_address, else off; port 0: any free port, shown by status)",
-    )
-    u.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
