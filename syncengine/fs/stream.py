@@ -7,12 +7,12 @@ durable object's stream into any sink (`stream`, `hash_file`, `link_hash`),
 and running copies side by side with their results in order (`in_order`).
 It knows neither tree: the checkpoint's upload (`syncengine.checkpoint.copier`),
 restore, verify, export and chain reading all stream through it.
+A sparse source is read by its data extents (`syncengine.fs.sparse`).
 `OSError` on the source becomes `SourceError`; in the sink, `DurableError`.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
 import threading
@@ -22,6 +22,7 @@ from typing import Protocol, TypeVar
 import xxhash
 
 from syncengine.errors import durable_error, source_error
+from syncengine.fs import sparse
 
 CHUNK = 1 << 20
 T = TypeVar("T")
@@ -82,7 +83,7 @@ def stream(
     view: memoryview | None = getattr(_buffers, "view", None)
     if view is None:
         view = _buffers.view = memoryview(bytearray(CHUNK))
-    readinto = src.readinto if not isinstance(src, int) else functools.partial(_readv, src)
+    readinto = src.readinto if not isinstance(src, int) else sparse.reader(src)
     total = 0
     while limit is None or total < limit:
         want = size if limit is None else min(size, limit - total)
@@ -101,10 +102,6 @@ def stream(
                 raise durable_error("write", dst_name, exc) from exc
         total += n
     return total, h.intdigest()
-
-
-def _readv(fd: int, view: memoryview) -> int:
-    return os.readv(fd, [view])
 
 
 def in_order(

@@ -2,15 +2,16 @@
 a directory.
 
 Owns the per-entry side of a restore (restore.py plans and runs them).  The
-bytes go to a closed temp file beside the target and are checked against the
-manifest's record (`recorded.judge`, the rule verify uses too) before
-anything is placed; only then is the temp renamed over the target with the
-recorded mode (never setuid, setgid or sticky: the plan dropped them) and
-mtime.  A copy that fails the check leaves the live path as it was and its
-temp file is removed.  Directories are reached through a `DirCache`, never
-following a symlink, so nothing is written outside the live root.  A recorded
-directory is made there too (`make_dir`), owner-only at first, and given its
-recorded mode by descriptor (restore.py decides when).
+bytes go (all-zero blocks as holes: `syncengine.fs.sparse`) to a closed temp
+file beside the target and are checked against the manifest's record
+(`recorded.judge`, the rule verify uses too) before anything is placed; only
+then is the temp renamed over the target with the recorded mode (never setuid,
+setgid or sticky: the plan dropped them) and mtime.  A copy that fails the
+check leaves the live path as it was and its temp file is removed.
+Directories are reached through a `DirCache`, never following a symlink, so
+nothing is written outside the live root.  A recorded directory is made there
+too (`make_dir`), owner-only at first, and given its recorded mode by
+descriptor (restore.py decides when).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from syncengine.durable import chain, chainread, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import ObjectInfo, Opened, Store
 from syncengine.errors import DurableError, SourceError, source_error
-from syncengine.fs import savefile
+from syncengine.fs import savefile, sparse
 from syncengine.fs.safepath import DirCache, UnsafePath
 from syncengine.fs.stream import Vanished, link_hash, stream
 from syncengine.plan import Fetch, KeepLocal, LocalState, keep_reason
@@ -89,7 +90,9 @@ def _place(action: Fetch, src: Opened, live: DirCache, where: str, unrecorded: b
             savefile.staged(dir_fd=dir_fd, source_mode=entry.mode) as tmp,
         ):
             try:
-                n, h = stream(src.file, None, tmp.write, src_name=where, dst_name=entry.path)
+                sink = sparse.HoleWriter(tmp.fd)  # zero blocks stay holes (sparse files)
+                n, h = stream(src.file, None, sink.write, src_name=where, dst_name=entry.path)
+                sink.end()
             except DurableError as exc:  # here the "durable" side of stream() is the live file
                 raise SourceError(entry.path, "write", str(exc)) from exc
             placed = entry if action.walked else _checked(entry, n, src.info, h, unrecorded)
