@@ -7,6 +7,11 @@ every `Reporter.every` seconds, the first one only once that much time has
 passed (a short run says nothing), and, when the caller gives a stream (the
 CLI does when stderr is a terminal), a one-line bar redrawn in place.
 
+The time left and the bar come from a cost per file plus a cost per byte,
+fitted (least squares) to the looks at the clock so far: by bytes alone, one
+large file first left the bar at 99% and "ETA 0s" for the thousands of small
+files after it; by files alone, the reverse (issue 28).
+
 No thread: the executor's own loop calls `Progress.advance` once per file,
 and the hot path is two additions and a comparison; the clock (a parameter,
 so tests drive it) is read only every `CHECK_FILES` files or `CHECK_BYTES`
@@ -27,6 +32,7 @@ log = logging.getLogger("syncengine")
 CHECK_FILES = 64  # files between two looks at the clock
 CHECK_BYTES = 8 << 20  # or this many bytes (a few large files)
 BAR_WIDTH = 24
+MIB = float(1 << 20)  # the fit counts bytes in MiB (sums of squares stay small)
 
 
 def human_bytes(n: float) -> str:
@@ -82,6 +88,8 @@ class Progress:
     _next_log: float = attrs.field(init=False)
     _next_bar: float = attrs.field(init=False)
     _bar_drawn: bool = False
+    # sums of the looks (files f, MiB m, seconds t) for the fit t = a*f + b*m
+    _sums: list[float] = attrs.field(factory=lambda: [0.0] * 5)  # ff fm mm ft mt
 
     def __attrs_post_init__(self) -> None:
         self._next_log = self.started + self.reporter.every
@@ -97,6 +105,9 @@ class Progress:
         self._next_files = self.files + CHECK_FILES
         self._next_bytes = self.bytes + CHECK_BYTES
         now = self.reporter.clock()
+        f, m, t = self.files, self.bytes / MIB, now - self.started
+        for i, term in enumerate((f * f, f * m, m * m, f * t, m * t)):
+            self._sums[i] += term
         if now >= self._next_log:
             self._next_log = now + self.reporter.every
             log.info(
@@ -122,24 +133,47 @@ class Progress:
         )
 
     def _eta(self, elapsed: float) -> float | None:
-        """Time left, by bytes when there are bytes to go, else by files."""
-        if self.bytes and self.bytes_total > self.bytes:
-            return (self.bytes_total - self.bytes) * elapsed / self.bytes
-        if self.files and self.files_total >= self.files:
-            return (self.files_total - self.files) * elapsed / self.files
-        return None
+        """Time left: the files and bytes to go at the fitted costs (None: nothing done)."""
+        files_left = max(self.files_total - self.files, 0)
+        mib_left = max(self.bytes_total - self.bytes, 0) / MIB
+        fit = self._fit()
+        if fit is not None:
+            return fit[0] * files_left + fit[1] * mib_left
+        # no fit yet (one look, or files and bytes grew in step): the larger of the two
+        # single-cost estimates, never the "0s" of the one that is nearly done
+        guesses = [
+            elapsed / done * left
+            for done, left in ((self.files, files_left), (self.bytes / MIB, mib_left))
+            if done
+        ]
+        return max(guesses) if guesses else None
+
+    def _fit(self) -> tuple[float, float] | None:
+        """Seconds per file and per MiB, least squares over the looks (neither negative);
+        None when the looks cannot tell the two costs apart."""
+        ff, fm, mm, ft, mt = self._sums
+        det = ff * mm - fm * fm
+        if ff <= 0 or mm <= 0 or det <= 1e-6 * ff * mm:
+            return None
+        a, b = (ft * mm - mt * fm) / det, (mt * ff - ft * fm) / det
+        if a < 0:  # the time is all in the bytes
+            return 0.0, max(mt / mm, 0.0)
+        if b < 0:
+            return max(ft / ff, 0.0), 0.0
+        return a, b
+
+    def share(self, now: float) -> float:
+        """How much of the work is done (0..1): the time spent of the time spent and left."""
+        elapsed = max(now - self.started, 1e-9)
+        eta = self._eta(elapsed)
+        if eta is None:
+            return self.files / self.files_total if self.files_total else 1.0
+        return elapsed / (elapsed + eta)
 
     def _draw(self, now: float) -> None:
         bar = self.reporter.bar
         assert bar is not None
-        share = (
-            self.bytes / self.bytes_total
-            if self.bytes_total
-            else self.files / self.files_total
-            if self.files_total
-            else 1.0
-        )
-        filled = int(BAR_WIDTH * min(share, 1.0))
+        filled = int(BAR_WIDTH * min(self.share(now), 1.0))
         elapsed = max(now - self.started, 1e-9)
         eta = self._eta(elapsed)
         bar.write(

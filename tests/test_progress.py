@@ -88,6 +88,27 @@ def test_large_files_look_at_the_clock_each_time() -> None:
     assert lines[0].endswith("eta=20s")
 
 
+def test_one_large_file_first_does_not_pin_the_bar_at_99_percent() -> None:
+    """A 1 GiB file (10 s), then 19,999 files of 1 KiB (1 ms each): after 1,000 files the
+    time left is the small files' 19 s, the bar a third full.  By bytes alone (the old
+    estimate) it said "ETA 0s" at 99% for the rest of the run."""
+    clock = Clock()
+    bar = io.StringIO()
+    total = (1 << 30) + 19_999 * 1024
+    meter = Reporter(clock=clock, every=1e9, bar=bar).start("restore", "x", 20_000, total)
+    clock.now = 10.0
+    meter.advance(1, 1 << 30)
+    for _ in range(999):
+        clock.now += 0.001
+        meter.advance(1, 1024)
+    elapsed = clock.now
+    left = meter._eta(elapsed)
+    assert left is not None and 19.0 * 0.9 < left < 19.0 * 1.1
+    assert 0.3 < meter.share(clock.now) < 0.4
+    line = bar.getvalue().rsplit("\r", 1)[1]
+    assert "[########................]" in line and "ETA 0s" not in line, line
+
+
 def test_a_bar_on_a_terminal_redrawn_in_place_and_ended() -> None:
     clock = Clock(step=0.3)
     bar = io.StringIO()
