@@ -35,7 +35,8 @@ class AdapterReport:
     manifest: str | None = None  # the manifest object written, if any
     errors: tuple[PathError, ...] = ()
     fatal: str | None = None  # the durable side failed: the adapter stopped
-    absent: bool = False  # checkpoint: no live tree yet (nothing to publish, one quiet line)
+    absent: bool = False  # checkpoint: no live tree yet; restore: no durable checkpoint yet
+    # (nothing to do either way: all such adapters share one quiet line)
     plan: tuple[str, ...] = ()  # dry run: the actions, one line each
     duration_s: float = 0.0
 

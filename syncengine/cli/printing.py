@@ -44,7 +44,12 @@ def report(report: Report, quiet: bool) -> None:
         for e in a.errors:
             print(f"syncengine: {e}", file=sys.stderr)
     if absent and not quiet:
-        print(f"no live tree yet (nothing to checkpoint): {', '.join(absent)}")
+        why = (
+            "no live tree yet (nothing to checkpoint)"
+            if report.operation == "checkpoint"
+            else "no durable checkpoint yet (nothing to restore)"
+        )
+        print(f"{why}: {', '.join(absent)}")
     for message, names in stopped.items():
         print(
             f"syncengine: {report.operation} stopped ({', '.join(names)}): {message}",

@@ -25,6 +25,7 @@ and `s3location` (an ``s3://`` durable root as plain values).
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -233,7 +234,7 @@ def config_from_dict(
     home = _home(layers, s3) if layers.has("home", "HOME") else None
     require_mount = sections.require_mount(layers)
     specs = adapter_specs(layers, builtin_adapters(), local_root, durable_root)
-    check_overlaps(specs, state_dir)
+    check_overlaps(specs, state_dir, functools.partial(s3_location.display, s3))
     gc = sections.gc_config(raw.get("gc", {}), origin)
     write_back, rclone_rc = sections.write_back(layers)
     confirm = layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -317,19 +317,22 @@ def _inside(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
 
 
-def check_overlaps(specs: tuple[AdapterSpec, ...], state_dir: Path) -> None:
-    """Refuse live and durable trees inside each other, and a state dir on the durable side."""
+def check_overlaps(
+    specs: tuple[AdapterSpec, ...], state_dir: Path, show: Callable[[Path], str] = str
+) -> None:
+    """Refuse live and durable trees inside each other, and a state dir on the durable side
+    (`show`: how a durable path is written, `s3location.display`)."""
     for a in specs:
         for b in specs:
             if _inside(a.live, b.durable) or _inside(b.durable, a.live):
                 raise ConfigError(
                     f"{a.origin}: adapter {a.name!r}: live path {a.live} and the durable path "
-                    f"{b.durable} of {b.name!r} overlap: keep checkpoints outside live trees"
+                    f"{show(b.durable)} of {b.name!r} overlap: keep checkpoints outside live trees"
                 )
             if a is not b and _inside(a.durable, b.durable):
                 raise ConfigError(
                     f"{a.origin}: adapters {a.name!r} and {b.name!r} share durable path "
-                    f"{b.durable}: give each its own durable directory"
+                    f"{show(b.durable)}: give each its own durable directory"
                 )
         if _inside(state_dir, a.durable):
             raise ConfigError(

@@ -84,13 +84,22 @@ def virtual_path(url: str, where: S3Location | None) -> Path:
     return Path(bucket_root(where), *filter(None, prefix.split("/")))
 
 
+def display(where: S3Location | None, path: str | os.PathLike[str]) -> str:
+    """A durable path as every message writes it: the ``s3://`` URL of the keys it stands
+    for in the bucket of `where`, else the path itself (never ``/s3:/BUCKET/...``)."""
+    if where is None or not in_bucket(where, Path(path)):
+        return os.fspath(path)
+    rel = Path(path).relative_to(bucket_root(where)).as_posix()
+    return f"{SCHEME}{where.bucket}" if rel == "." else f"{SCHEME}{where.bucket}/{rel}"
+
+
 def shown(where: S3Location | None, text: str) -> str:
-    """`text` with each path under `bucket_root` written as its ``s3://`` URL (messages)."""
+    """`text` with each path under `bucket_root` written as `display` writes it (a message
+    composed before the paths could be formatted one by one)."""
     if where is None:
         return text
-    return text.replace(f"{bucket_root(where)}/", f"{SCHEME}{where.bucket}/").replace(
-        str(bucket_root(where)), f"{SCHEME}{where.bucket}"
-    )
+    root = str(bucket_root(where))
+    return text.replace(f"{root}/", f"{display(where, root)}/").replace(root, display(where, root))
 
 
 def parse_url(url: str) -> tuple[str, str]:

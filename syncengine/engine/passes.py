@@ -304,11 +304,12 @@ class Passes:
             state = self.adapters.state(spec)
             fresh = spec.name in self.adapters.unseeded
             self.adapters.unseeded.discard(spec.name)  # restore reads the manifest itself
-            if not state.store.exists():  # local databases are still checked (sqlite_restore)
+            nothing = not state.store.exists()  # local databases are still checked
+            if nothing:
                 log.info(
                     "restore.nothing adapter=%s durable=%s (no checkpoint yet)",
                     spec.name,
-                    spec.durable,
+                    state.store.describe(),
                     extra={"event": "restore.nothing"},
                 )
             entries, problems, source = restorer.durable_entries(state.store, state.index)
@@ -316,7 +317,9 @@ class Passes:
                 log.error("manifest.problem %s", problem, extra={"event": "manifest.problem"})
             actions = restorer.plan(state, entries, source)
             if dry_run:
-                return AdapterReport(spec.name, plan=tuple(map(str, actions)))
+                return AdapterReport(
+                    spec.name, plan=tuple(map(str, actions)), absent=nothing and not actions
+                )
             log.info(
                 "restore.start adapter=%s entries=%d source=%s",
                 spec.name,
@@ -332,10 +335,11 @@ class Passes:
         # A manifest that lost information cannot prove the tree is whole: a server
         # must not start on it (restore incomplete), even if every listed file came back.
         lost = tuple(
-            PathError(spec.name, str(spec.durable / ".syncengine/manifest"), "read", p)
+            PathError(spec.name, state.store.where(".syncengine/manifest"), "read", p)
             for p in problems
         )
-        return _with(rep, errors=rep.errors + lost, duration_s=time.monotonic() - t0)
+        idle = nothing and not (rep.files or rep.dirs or rep.links or rep.errors)
+        return _with(rep, errors=rep.errors + lost, duration_s=time.monotonic() - t0, absent=idle)
 
 
 def _unsettled(index: Index, changed: Sequence[Seen]) -> set[str]:

@@ -172,7 +172,7 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
     if cfg.s3 is not None:  # backend, endpoint and bucket; never a secret
         shown["durable_root"] = [cfg.s3.describe(), cfg.sources.get("durable_root")]
         if cfg.home is not None:  # a legacy home in the bucket: its s3:// URL
-            shown["home"][0] = s3_location.shown(cfg.s3, str(cfg.home))
+            shown["home"][0] = s3_location.display(cfg.s3, cfg.home)
         if cfg.journal_dir is not None:
             shown["journal_dir"][0] = _durable(cfg, cfg.journal_dir)
     return {
@@ -193,9 +193,7 @@ _DROPPED = frozenset({"adapter", "total_files", "total_bytes"})
 
 def _durable(cfg: Config, path: Path) -> str:
     """A durable directory: its path, or its s3:// URL in the bucket."""
-    if cfg.s3 is None or (path != cfg.durable_root and cfg.durable_root not in path.parents):
-        return str(path)
-    return cfg.s3.child(path.relative_to(cfg.durable_root).as_posix()).url()
+    return s3_location.display(cfg.s3, path)
 
 
 def _live_warning(spec: AdapterSpec, source: str) -> str | None:

@@ -67,6 +67,13 @@ class AdapterGc:
     kept: tuple[str, ...] = ()  # tombstones that reappeared locally before deletion
     fatal: str | None = None
 
+    @property
+    def idle(self) -> bool:
+        """Nothing to say: no action, nothing deleted or kept, no failure."""
+        return not (self.actions or self.refused or self.objects or self.manifest) and not (
+            self.kept or self.fatal
+        )
+
 
 @attrs.frozen
 class GcReport:
@@ -88,7 +95,10 @@ class GcReport:
         if self.refused:
             return [f"gc refused: {self.refused}"]
         out = []
+        idle = [a.name for a in self.adapters if a.idle]
         for a in self.adapters:
+            if a.name in idle:  # all of them in one line below
+                continue
             if a.refused:
                 out.append(f"{a.name}: gc refused: {a.refused}")
                 continue
@@ -101,7 +111,9 @@ class GcReport:
                 f"{a.name}: {verb} {a.objects} object(s), {a.bytes} bytes"
                 + (f"; wrote {a.manifest}" if a.manifest else "")
             )
-        if not self.apply:
+        if idle:
+            out.append(f"nothing to delete: {', '.join(idle)}")
+        if not self.apply and len(idle) < len(self.adapters):
             out.append("dry run: nothing deleted; run `syncengine gc --apply` to delete")
         return out
 

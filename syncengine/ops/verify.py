@@ -53,6 +53,7 @@ from syncengine.progress import SILENT, Progress, Reporter
 
 log = logging.getLogger("syncengine")
 SAVE_EVERY = 500  # entries between progress saves
+NO_CHECKPOINT = "no durable checkpoint yet"  # an adapter's only note: one line for all such
 
 
 @attrs.frozen
@@ -120,7 +121,10 @@ class VerifyReport:
 
     def lines(self) -> list[str]:
         out = []
+        none = [a.name for a in self.adapters if a.notes == (NO_CHECKPOINT,) and not a.fatal]
         for a in self.adapters:
+            if a.name in none:  # all of them in one line below
+                continue
             if a.fatal:
                 out.append(f"{a.name}: FAILED: {a.fatal}")
                 continue
@@ -138,6 +142,8 @@ class VerifyReport:
                 f"checked, {a.hashed} read back ({a.bytes_read} bytes){resumed}; "
                 f"{len(a.problems)} problem(s), {len(a.unlisted)} unlisted{state}"
             )
+        if none:
+            out.append(f"{NO_CHECKPOINT} (nothing to verify): {', '.join(none)}")
         out.append("verify: OK" if self.ok else "verify: PROBLEMS FOUND")
         return out
 
@@ -203,9 +209,7 @@ def verify_adapter(
     index = Index.load(index_path(state_dir, name))  # first: a pass saves it after the manifest
     if not store.exists():
         lost = tuple(_behind(name, store, index, 0))
-        return AdapterVerify(
-            name, problems=lost, notes=() if lost else ("no durable checkpoint yet",)
-        )
+        return AdapterVerify(name, problems=lost, notes=() if lost else (NO_CHECKPOINT,))
     state = manifest.load(store)
     entries = sorted(state.entries.values(), key=lambda e: e.path)
     prog = _Progress.resume(progress_path, state.last_seq, sample, restart=restart)
