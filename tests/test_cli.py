@@ -78,6 +78,21 @@ def test_out_of_range_arguments_exit_2(tree: Tree, cli: CliRunner, args: tuple[s
     assert snapshot(tree.base) == before
 
 
+@pytest.mark.dir_only("argument errors: nothing is run")
+def test_a_commands_option_before_the_command_is_named(tree: Tree, cli: CliRunner) -> None:
+    """Fails with argparse's "invalid choice: 'abc'" (the option's value read as the
+    command)."""
+    out = cli("--interval", "abc", "checkpoint", check=2)
+    assert out.stderr.splitlines()[-1] == (
+        "syncengine: error: --interval is an option of run only, not of syncengine "
+        "itself: give it after the command (syncengine run --interval ...)"
+    )
+    out = cli("-q", "--jobs", "2", "--dry-run", "x", "checkpoint", check=2)
+    assert "--dry-run is an option of checkpoint, restore, migrate," in out.stderr
+    out = cli("--bogus", "x", "status", check=2)
+    assert "unrecognized option --bogus" in out.stderr and "invalid choice" not in out.stderr
+
+
 @pytest.mark.dir_only("reads the configuration lines of status, which no store changes")
 def test_status_lines_up_the_configuration_and_names_unset_keys(tree: Tree, cli: CliRunner) -> None:
     assert "configuration:\n" not in cli("status", check=0).stdout  # only with --settings

@@ -556,3 +556,24 @@ def test_status_shows_each_tree_with_its_source_and_warns_on_a_missing_one(
     claude = next(a for a in data["adapters"] if a["name"] == "claude")
     assert claude["live_source"] == "env $CLAUDE_CONFIG_DIR" and claude["warning"]
     assert data["config"]["home"] == [str(tree.base / "home"), "env $HOME"]
+
+
+def test_durable_trees_from_every_layer_are_in_the_bucket_of_an_s3_root(tmp_path: Path) -> None:
+    """A relative name from a variable, ``[durable]`` or a flag is under the s3:// root (as
+    ``[[adapter]] durable`` is), not under the current directory; a local path is refused."""
+    env = {"AM_LOCAL": "/l", "DATA_DIR": "s3://bkt/data", "HOME": str(tmp_path)}
+    raw = {"adapters": ["codex", "claude", "gemini"], "durable": {"claude": "cl"}}
+    cfg = config_from_dict(
+        raw,
+        env={**env, "CODEX_DURABLE": "cx"},
+        overrides={"durable": {"gemini": "s3://bkt/elsewhere/gm"}},
+        base_dir=tmp_path,
+    )
+    root = cfg.durable_root
+    assert cfg.adapter("codex").durable == root / "cx"
+    assert cfg.adapter("claude").durable == root / "cl"
+    assert cfg.adapter("gemini").durable == root.parent / "elsewhere/gm"
+    with pytest.raises(ConfigError, match=r"^env \$CODEX_DURABLE: /data/state/codex is a local"):
+        config_from_dict({}, env={**env, "CODEX_DURABLE": "/data/state/codex"})
+    with pytest.raises(ConfigError, match="s3://other/x is not in the bucket of durable_root"):
+        config_from_dict({}, env=env, overrides={"durable": {"codex": "s3://other/x"}})

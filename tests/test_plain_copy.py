@@ -217,3 +217,24 @@ def test_gc_deletes_a_deleted_logs_plain_copy_with_its_chains(tree: Tree) -> Non
     assert report.ok, report.lines()
     assert not _plain(tree).exists()
     assert (tree.raw / "state/x/keep.txt").exists()
+
+
+@pytest.mark.dir_only("counts the objects written: the same rule on every store")
+@pytest.mark.parametrize("seeded_final", [True, False])
+def test_a_restored_log_is_not_published_again(tree: Tree, seeded_final: bool) -> None:
+    """Restore into an empty local root, then a final checkpoint: no segment, no chain;
+    only the plain copy a non-final checkpoint had not written yet (what any final
+    checkpoint writes), once.  Fails when the restored copy is taken for new bytes."""
+    tree.write(f"x/{LOG}", b"1\n2\n", mtime_ns=T0)
+    assert _engine(tree, 5).checkpoint(final=seeded_final).ok
+    shutil.rmtree(tree.local)
+    tree.local.mkdir()
+    assert _engine(tree, 10).restore().ok
+    segments = sorted(tree.raw.glob("state/x/.syncengine/segments/**/*.seg"))
+    report = _engine(tree, 15).checkpoint(final=True)
+    assert report.ok and report.files == 0
+    assert sorted(tree.raw.glob("state/x/.syncengine/segments/**/*.seg")) == segments
+    assert report.adapters[0].plain_copies == (0 if seeded_final else 1)
+    assert _plain(tree).read_bytes() == b"1\n2\n"
+    with tree.no_durable_ops(reach=True):
+        assert _engine(tree, 20).checkpoint(final=True).files == 0

@@ -86,3 +86,38 @@ def test_messages_name_the_bucket_by_its_url_and_idle_adapters_share_one_line(
     assert gc.splitlines() == [
         "nothing to delete: claude, codex, gemini, hermes, openclaw, opencode"
     ]
+
+
+def test_durable_flag_names_a_tree_in_the_bucket(tmp_path: Path, s3_server: S3Server) -> None:
+    """``--durable codex=NAME`` with an s3:// root is NAME under the root, as ``[[adapter]]
+    durable`` is; fails when it resolves against the current directory (a local path the
+    store then refuses) or when a local path is taken without one clear line."""
+    (tmp_path / "local").mkdir()
+    tree = Tree(tmp_path, tmp_path / "local", tmp_path / "data", kind="s3")
+    tree.s3 = (s3_server, s3_server.bucket())
+    tree.write("codex-home/a.json", "a")
+
+    def run(*args: str, code: int) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "syncengine", *args],
+            capture_output=True,
+            text=True,
+            env=tree.env(),
+            cwd=tree.base,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == code, f"{args}: {done.stdout}{done.stderr}"
+        return done
+
+    run("--durable", "codex=state/elsewhere", "checkpoint", "codex", code=0)
+    assert (tree.durable / "state/elsewhere/a.json").read_text() == "a"
+    url = f"s3://{tree.s3[1]}/data"
+    status = run("status", "--durable", f"codex={url}/other", code=0).stdout
+    assert f"-> {url}/other (flag --durable)" in status
+    refused = run("--durable", "codex=/srv/codex", "checkpoint", code=2).stderr
+    assert refused.splitlines() == [
+        f"syncengine: flag --durable codex=/srv/codex: /srv/codex is a local path, but "
+        f"durable_root is the bucket {url}: name the durable tree relative to it "
+        "(state/NAME) or as an s3:// URL in that bucket"
+    ]

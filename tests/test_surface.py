@@ -7,8 +7,10 @@ restore over an identical tree, adapters with no live tree, ``run``'s own lines.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 
@@ -171,6 +173,11 @@ def test_verify_at_its_default_sample_reads_at_least_one_file_back(
     cli("checkpoint", "codex", check=0)
     out = cli("verify", "codex", check=0)
     assert "codex: manifest seq 1, 3 entries, 3 checked, 1 read back" in out.stdout, out.stdout
+    assert cli("-q", "verify", check=0).stdout == "", "-q: only what is wrong"
+    (tree.data / "state/codex/f2.json").write_text("damaged")
+    out = cli("verify", "-q", "--sample", "100", check=1)
+    assert out.stdout.splitlines()[-1] == "verify: PROBLEMS FOUND", out.stdout
+    assert [line.split(":")[0] for line in out.stdout.splitlines()[:-1]] == ["PROBLEM codex"]
 
 
 @pytest.mark.dir_only("reading the live file: no store is involved")
@@ -181,3 +188,13 @@ def test_a_plain_file_at_a_database_path_is_named_as_such(tree: Tree, cli: CliRu
     out = cli("checkpoint", "codex", check=1)
     assert "memories_1.sqlite" in out.stderr and "not a SQLite database" in out.stderr
     assert "not an error" not in out.stderr, out.stderr
+    # nothing was ever published for it: it must not claim a previous snapshot is kept
+    assert "no snapshot yet" in out.stderr and "previous snapshot" not in out.stderr
+    db = tree.local / CODEX / "memories_2.sqlite"
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("CREATE TABLE t (x)")
+    cli("checkpoint", "codex", check=1)  # memories_1 still fails; memories_2 is published
+    db.write_text("overwritten\n" * 100)
+    out = cli("checkpoint", "codex", check=1)
+    said = [line for line in out.stderr.splitlines() if "memories_2" in line]
+    assert said and all("the previous snapshot is kept" in line for line in said), out.stderr

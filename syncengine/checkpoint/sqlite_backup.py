@@ -44,8 +44,9 @@ blocks a writer for longer than ``sqlite_busy_timeout``:
   ``_CANTINIT``).
 
 Every copy is then checked with `sqlite.check.check`.  A ``corrupt``
-verdict is an error (the previous snapshot is kept); ``unchecked`` is
-returned to the caller to decide.  The engine opens nothing else in a live
+verdict is an error (`Refused`: nothing is published, and the caller says
+what the durable side keeps); ``unchecked`` is returned to the caller to
+decide.  The engine opens nothing else in a live
 tree; as root, SQLite's open of an existing ``-wal`` still changes that file's
 ctime (it chowns it to the database's owner), never its content or mtime.
 """
@@ -76,6 +77,11 @@ _LOGS = ("-wal", "-journal")  # the companions that hold data: copied with the d
 QUIET_TRIES = 3  # copies of an unused database that a writer starting meanwhile may spoil
 
 
+class Refused(SourceError):
+    """The database could not be read, or its copy is corrupt: nothing is published for it
+    this pass (the caller adds what the durable side keeps: `sqlite_pass.stage`)."""
+
+
 @attrs.frozen
 class Staged:
     """A checked backup of one live database in local staging, not yet published."""
@@ -99,8 +105,8 @@ def wal_sig(db_path: str) -> list[int] | None:
 def stage(db_path: str, relpath: str, opts: Options) -> Staged:
     """Back up the live database at `db_path` into staging and check the copy.
 
-    Raises Vanished, or SourceError (locked past the busy timeout, unreadable,
-    or the copy is corrupt: the previous snapshot is kept).
+    Raises Vanished, or SourceError (locked past the busy timeout; `Refused`:
+    unreadable, or the copy is corrupt).
     """
     try:
         st = os.lstat(db_path)
@@ -116,18 +122,13 @@ def stage(db_path: str, relpath: str, opts: Options) -> Staged:
         try:
             verdict = check(dst, timeout=opts.busy_timeout)
         except CheckFailed as exc:
-            raise SourceError(
-                relpath,
-                "snapshot",
-                f"cannot check the backup copy: {exc}; the previous snapshot is kept",
-            ) from exc
+            raise Refused(relpath, "snapshot", f"cannot check the backup copy: {exc}") from exc
         if verdict.corrupt:
-            raise SourceError(
+            raise Refused(
                 relpath,
                 "snapshot",
                 f"the backup copy fails quick_check "
-                f"({verdict.detail}); the live database may be corrupt; the "
-                "previous snapshot is kept",
+                f"({verdict.detail}); the live database may be corrupt",
             )
         mtime = max(st.st_mtime_ns, wal[1] if wal else 0)
         os.chmod(dst, st.st_mode & 0o7777 | 0o600)
@@ -291,11 +292,7 @@ def _copy_with_sqlite(
             # its -wal or -shm was removed after we looked (opening or locking the -shm of
             # a writer that is closing fails), or a dead process left it to be recovered
             raise _Closed(_reason(exc)) from exc
-        raise SourceError(
-            relpath,
-            "snapshot",
-            f"cannot read the database: {_reason(exc)}; the previous snapshot is kept",
-        ) from exc
+        raise Refused(relpath, "snapshot", f"cannot read the database: {_reason(exc)}") from exc
 
 
 def _quiet_copy(db_path: str, relpath: str, staging: Path) -> str | None:

@@ -28,6 +28,7 @@ import attrs
 
 from syncengine.checkpoint import sqlite
 from syncengine.checkpoint.copier import Published
+from syncengine.checkpoint.sqlite_backup import Refused
 from syncengine.errors import SourceError
 from syncengine.fs.stream import Vanished, in_order
 from syncengine.local.adapter import AdapterState
@@ -94,6 +95,10 @@ def stage(state: AdapterState, path: str, listed: bool) -> sqlite.Staged | Excep
         )
     try:
         staged = sqlite.stage(f"{state.live}/{path}", path, state.sqlite)
+    except Refused as exc:
+        refused = SourceError(path, exc.operation, f"{exc.reason}; {_kept(state, path)}")
+        refused.__cause__ = exc
+        return refused
     except (SourceError, Vanished) as exc:
         return exc
     if not staged.verdict.ok:
@@ -107,6 +112,16 @@ def stage(state: AdapterState, path: str, listed: bool) -> sqlite.Staged | Excep
             staged.verdict.message(path),
         )
     return staged
+
+
+def _kept(state: AdapterState, path: str) -> str:
+    """What the durable side keeps of a database whose snapshot failed this pass."""
+    rec = state.index.get(path)
+    if rec is None or rec.absent:
+        return "nothing is published for it (it has no snapshot yet)"
+    if rec.kind == "sqlite":
+        return "the previous snapshot is kept"
+    return "its earlier copy is kept"
 
 
 def publish(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from syncengine.__about__ import __version__
-from syncengine.cli import argtypes, lease, runargs, statusview
+from syncengine.cli import argtypes, lease, optionplace, runargs, statusview
 
 EPILOG = """\
 exit codes:
@@ -114,7 +114,8 @@ def _tree_options(
         default=default(None),
         dest="durable_after" if after else "durable",
         help="an adapter's durable tree (repeatable; default: its variable, "
-        "e.g. $CODEX_DURABLE, else under --durable-root)",
+        "e.g. $CODEX_DURABLE, else under --durable-root); with an s3:// durable "
+        "root, a name relative to it or an s3:// URL in its bucket",
     )
 
 
@@ -156,7 +157,7 @@ def _command(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = optionplace.Parser(
         prog="syncengine",
         description="Checkpoint coding-agent state from local disk to a durable "
         "(object-storage) mount, and restore it.",
@@ -165,7 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"syncengine {__version__}")
     _global_options(p.add_argument_group("global options (also accepted after COMMAND)"))
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=argparse.ArgumentParser
+    )
 
     _pass_commands(sub)  # in this order in --help
     _durable_commands(sub)

@@ -151,6 +151,20 @@ def _checkpoint(engine: Engine, args: argparse.Namespace) -> Report:
     )
 
 
+def _verify(engine: Engine, args: argparse.Namespace) -> int:
+    vrep = engine.verify(
+        args.adapters,
+        sample=args.sample,
+        strict=args.strict,
+        restart=args.restart,
+        limit=args.max_entries,
+    )
+    said = [json.dumps(vrep.to_json(), indent=2)] if args.json else vrep.lines(quiet=args.quiet)
+    if said:  # -q with nothing wrong: nothing at all
+        print("\n".join(said))
+    return vrep.exit_code
+
+
 def _release_lease(engine: Engine | None) -> None:
     """A command ends: the lease it took goes (the next instance need not wait)."""
     if engine is not None:
@@ -244,15 +258,7 @@ def _command(args: argparse.Namespace) -> int:
 
             return explain.command(engine, args.adapter, args.paths, args.json)
         if args.command == "verify":
-            vrep = engine.verify(
-                args.adapters,
-                sample=args.sample,
-                strict=args.strict,
-                restart=args.restart,
-                limit=args.max_entries,
-            )
-            print(json.dumps(vrep.to_json(), indent=2) if args.json else "\n".join(vrep.lines()))
-            return vrep.exit_code
+            return _verify(engine, args)
         if args.command == "gc":
             grep = engine.gc(args.adapters, apply=args.apply)
             print("\n".join(grep.lines()))

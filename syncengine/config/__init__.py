@@ -233,7 +233,7 @@ def config_from_dict(
     plain_after = layers.number("plain_after", default=DEFAULT_PLAIN_AFTER)
     home = _home(layers, s3) if layers.has("home", "HOME") else None
     require_mount = sections.require_mount(layers)
-    specs = adapter_specs(layers, builtin_adapters(), local_root, durable_root)
+    specs = adapter_specs(layers, builtin_adapters(), local_root, durable_root, s3)
     check_overlaps(specs, state_dir, functools.partial(s3_location.display, s3))
     gc = sections.gc_config(raw.get("gc", {}), origin)
     write_back, rclone_rc = sections.write_back(layers)

@@ -24,6 +24,7 @@ from typing import Any, TypeGuard
 
 import attrs
 
+from syncengine.config.s3location import S3Location, is_s3, virtual_path
 from syncengine.errors import ConfigError
 from syncengine.sqlite.files import database_patterns
 
@@ -274,6 +275,7 @@ def place(
     file_origin: str,
     file_dir: Path | None,
     from_flag: Mapping[str, str],
+    in_bucket: Callable[[str, str], Path] | None = None,
 ) -> Placed | None:
     """Where the `key` ("live" or "durable") tree of the adapter `table` is.
 
@@ -281,16 +283,23 @@ def place(
     ``[durable]`` table (relative to the file's folder), the adapter's
     environment references in order (the first variable that is set and not
     empty), else None: the table's own value under its root (`adapter_spec`).
+    `in_bucket` (`bucket_paths`, an s3:// durable root's durable trees) places
+    each value found instead, given the value and where it came from.
     """
     name = str(table.get("name"))
     if from_flag.get(name):
-        return Placed(_absolute(from_flag[name], None), f"flag --{key}")
+        given = from_flag[name]
+        if in_bucket is not None:
+            return Placed(in_bucket(given, f"flag --{key} {name}={given}"), f"flag --{key}")
+        return Placed(_absolute(given, None), f"flag --{key}")
     if name in from_file:
         value = from_file[name]
         if not plain_text(value):
             raise ConfigError(
                 f"{file_origin}: [{key}] {name} must be a non-empty path string, not {value!r}"
             )
+        if in_bucket is not None:
+            return Placed(in_bucket(value, f"{file_origin}: [{key}] {name}"), file_origin)
         return Placed(_absolute(value, file_dir), file_origin)
     for ref in env_refs(table, f"{key}_env"):
         match = ENV_REF.match(ref)
@@ -300,10 +309,38 @@ def place(
             if "\x00" in value:
                 raise ConfigError(f"env ${match[1]}: contains a NUL character")
             below = (match[2] or "").lstrip("/")
-            return Placed(
-                _absolute(os.path.join(value, below) if below else value, None), f"env ${ref}"
-            )
+            path = os.path.join(value, below) if below else value
+            if in_bucket is not None:
+                return Placed(in_bucket(path, f"env ${match[1]}"), f"env ${ref}")
+            return Placed(_absolute(path, None), f"env ${ref}")
     return None
+
+
+def bucket_paths(s3: S3Location, durable_root: Path) -> Callable[[str, str], Path]:
+    """How `place` puts an adapter's durable tree when the durable root is the bucket `s3`
+    (`durable_root`: the path standing for it): a relative name is under the root, as
+    ``[[adapter]] durable`` is (not under the current directory or the config file's
+    folder: there is no local directory to be relative to); an ``s3://`` URL names keys
+    in the same bucket; a local path is refused, with the fix."""
+
+    def resolve(value: str, where: str) -> Path:
+        if is_s3(value):
+            try:
+                return virtual_path(value, s3)
+            except ValueError:
+                raise ConfigError(
+                    f"{where}: {value} is not in the bucket of durable_root {s3.url()}: "
+                    f"name a prefix in s3://{s3.bucket}/ (or a name relative to the root)"
+                ) from None
+        if os.path.isabs(os.path.expanduser(value)):
+            raise ConfigError(
+                f"{where}: {value} is a local path, but durable_root is the bucket "
+                f"{s3.url()}: name the durable tree relative to it (state/NAME) or as "
+                f"an s3:// URL in that bucket"
+            )
+        return _under(durable_root, value)
+
+    return resolve
 
 
 def _absolute(value: str, base: Path | None) -> Path:

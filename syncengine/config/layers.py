@@ -17,8 +17,15 @@ from typing import Any
 
 import attrs
 
-from syncengine.config.adapterspec import AdapterSpec, adapter_name, adapter_spec, place
+from syncengine.config.adapterspec import (
+    AdapterSpec,
+    adapter_name,
+    adapter_spec,
+    bucket_paths,
+    place,
+)
 from syncengine.config.numbers import check_number
+from syncengine.config.s3location import S3Location
 from syncengine.errors import ConfigError
 
 
@@ -127,9 +134,15 @@ def _enabled_tables(layers: Layers, builtins: Mapping[str, dict[str, Any]]) -> l
 
 
 def adapter_specs(
-    layers: Layers, builtins: Mapping[str, dict[str, Any]], local_root: Path, durable_root: Path
+    layers: Layers,
+    builtins: Mapping[str, dict[str, Any]],
+    local_root: Path,
+    durable_root: Path,
+    s3: S3Location | None = None,
 ) -> tuple[AdapterSpec, ...]:
-    """The enabled adapters, built-in (`builtins`, by name) and ``[[adapter]]``, placed."""
+    """The enabled adapters, built-in (`builtins`, by name) and ``[[adapter]]``, placed
+    (`s3`: the durable root is that bucket, and durable trees are placed in it)."""
+    in_bucket = bucket_paths(s3, durable_root) if s3 is not None else None
     tables = _enabled_tables(layers, builtins)
     specs: list[AdapterSpec] = []
     seen: set[str] = set()
@@ -156,6 +169,7 @@ def adapter_specs(
                 file_origin=layers.origin,
                 file_dir=layers.base_dir,
                 from_flag=from_flag,
+                in_bucket=in_bucket if key == "durable" else None,
             )
             paths[key] = found.path if found else None
             layers.sources[f"{key}.{name}"] = (

@@ -119,7 +119,9 @@ class VerifyReport:
             ],
         }
 
-    def lines(self) -> list[str]:
+    def lines(self, *, quiet: bool = False) -> list[str]:
+        """The report as text; `quiet` (``-q``): only problems, unlisted files and notes,
+        and the verdict when it is not OK (nothing at all when everything is)."""
         out = []
         none = [a.name for a in self.adapters if a.notes == (NO_CHECKPOINT,) and not a.fatal]
         for a in self.adapters:
@@ -135,6 +137,8 @@ class VerifyReport:
                 for u in a.unlisted
             )
             out.extend(f"note {a.name}: {n}" for n in a.notes)
+            if quiet:
+                continue
             state = "" if a.complete else " (stopped at the limit: run again to continue)"
             resumed = f", resumed after {a.resumed_after}" if a.resumed_after else ""
             out.append(
@@ -142,9 +146,10 @@ class VerifyReport:
                 f"checked, {a.hashed} read back ({a.bytes_read} bytes){resumed}; "
                 f"{len(a.problems)} problem(s), {len(a.unlisted)} unlisted{state}"
             )
-        if none:
+        if none and not quiet:
             out.append(f"{NO_CHECKPOINT} (nothing to verify): {', '.join(none)}")
-        out.append("verify: OK" if self.ok else "verify: PROBLEMS FOUND")
+        if not (quiet and self.ok):
+            out.append("verify: OK" if self.ok else "verify: PROBLEMS FOUND")
         return out
 
 
