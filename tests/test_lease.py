@@ -343,6 +343,31 @@ def test_a_new_durable_root_under_the_same_state_dir_gets_everything(tree: Tree)
     assert files(_live(tree, "check")) == {"f.txt": b"written before the move\n"}
 
 
+def test_an_adapters_new_durable_tree_under_the_same_state_dir_gets_everything(
+    tree: Tree,
+) -> None:
+    """The adapter's durable tree changed (``durable = ...``), state dir kept: that
+    adapter's index describes the old tree, so the next checkpoint publishes it all to the
+    new one; before, it said "unchanged" and the new tree stayed empty."""
+    conf = _config(tree, "a")
+    (_live(tree, "a") / "f.txt").write_text("written before the move\n")
+    assert _se(tree, conf, "checkpoint").returncode == 0
+    moved = tree.base / "moved.toml"
+    moved.write_text(conf.read_text().replace(f'durable = "{DUR}"', 'durable = "state/moved"'))
+    out = _se(tree, moved, "checkpoint")
+    assert out.returncode == 0, out.stderr
+    assert "published 1 file(s)" in out.stdout
+    assert "index.rebuilt" in out.stderr and "durable tree of" in out.stderr
+    again = _se(tree, moved, "checkpoint")
+    assert "index.rebuilt" not in again.stderr and "published 0 file(s)" in again.stdout
+    check = tree.base / "check.toml"
+    check.write_text(
+        _config(tree, "check").read_text().replace(f'durable = "{DUR}"', 'durable = "state/moved"')
+    )
+    assert _se(tree, check, "restore").returncode == 0
+    assert files(_live(tree, "check")) == {"f.txt": b"written before the move\n"}
+
+
 def test_a_restore_keeps_its_index_only_while_nobody_wrote_since(tree: Tree) -> None:
     """A new instance's separate ``restore`` then ``checkpoint``: the restore's index
     (which knows the object it found missing) stays when the next take follows the

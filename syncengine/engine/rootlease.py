@@ -28,7 +28,7 @@ from syncengine.durable.lifecycle import DurableStore as Store
 from syncengine.engine.context import Stores
 from syncengine.engine.durableroot import DurableRoot
 from syncengine.errors import DurableError, LeaseHeld, LeaseLost, NameTaken
-from syncengine.local import status
+from syncengine.local import durabletrees, status
 from syncengine.local.leaseholder import LeaseHolder
 
 log = logging.getLogger("syncengine")
@@ -79,10 +79,20 @@ class RootLease:
 
     def before_pass(self) -> None:
         """Before a checkpoint or restore plans: a state dir that wrote another durable
-        root last has indexes of that root; they go, so this root gets everything."""
+        root last has indexes of that root; they go, so this root gets everything.  So do
+        the indexes of adapters whose durable tree changed (`durabletrees`)."""
         if self.holder.forget_root():
             self._forget_indexes(
                 f"this state dir wrote another durable root last, not {self.config.durable_id}"
+            )
+        config = self.config
+        trees = {spec.name: str(spec.durable) for spec in config.adapters}
+        changed = durabletrees.moved(config.state_dir, trees)
+        if changed:
+            self._forget_indexes(
+                f"the durable tree of {', '.join(changed)} is not the one this state dir "
+                "wrote last",
+                frozenset(trees) - frozenset(changed),
             )
 
     def after_restore(self, adapters: list[str]) -> None:
