@@ -20,6 +20,7 @@ import attrs
 
 from syncengine.checkpoint import record, segments, sqlite, sqlite_pass
 from syncengine.checkpoint.copier import Changed, Copied, Published, SQLiteFile, upload
+from syncengine.checkpoint.sealing import upload_sealed
 from syncengine.errors import SourceError
 from syncengine.fs.stream import NotRegular, Vanished, in_order
 from syncengine.local.adapter import AdapterState
@@ -76,6 +77,18 @@ def publish_all(
                 )
             rec = state.index.get(item.path) if item.hash_first else None
             known = rec if rec is not None and rec.kind == "file" else None
+            secrets = state.secrets
+            if secrets is not None and secrets.seals(item.path):
+                stale = secrets.stale(item.path, state.index.extras.get(item.path))
+                return upload_sealed(
+                    state.store,
+                    os.fspath(state.live),
+                    item.path,
+                    secrets,
+                    known_hash=known.hash64 if known and not stale else None,
+                    sniff_sqlite=sniff,
+                    recent_ns=recent,
+                )
             return upload(
                 state.store,
                 os.fspath(state.live),

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from syncengine.cli import printing
+from syncengine.cli import keys, printing
 from syncengine.cli.args import build_parser
 from syncengine.config import load_config
 from syncengine.engine import Engine
@@ -179,6 +179,8 @@ INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose, args.quiet, args.log_json)
+    if args.command == "keygen":  # needs no configuration
+        return keys.keygen()
     try:
         code = _command(args)
         sys.stdout.flush()
@@ -265,6 +267,8 @@ def _command(args: argparse.Namespace) -> int:
             return mrep.exit_code
         if args.command == "checkpoint":
             report = _checkpoint(engine, args)
+        elif args.command == "rekey":
+            report = keys.rekey(engine, args)
         else:
             report = engine.restore(args.adapters, dry_run=args.dry_run, takeover=args.takeover)
     except SyncEngineError as exc:

@@ -33,8 +33,8 @@ from typing import Any
 
 import attrs
 
+from syncengine.config import encryption, sections
 from syncengine.config import s3location as s3_location
-from syncengine.config import sections
 from syncengine.config.adapterspec import (
     AdapterSpec,
     MigrateStep,
@@ -50,6 +50,7 @@ from syncengine.config.sections import (
     GcConfig,
     split_address,
 )
+from syncengine.crypt.keys import Keyring
 from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
@@ -77,6 +78,8 @@ TOP_KEYS = frozenset(
         "lease_wait",
         "lease_lost",
         "metrics_address",
+        "key_file",
+        "secrets",
     }
 )
 DEFAULT_INTERVAL = 15.0
@@ -113,6 +116,8 @@ class Config:
     lease_wait: float = DEFAULT_LEASE_WAIT
     lease_lost: str = "stop"  # run, once fenced: "stop" COMMAND and exit 76, or "keep" it
     metrics_address: str | None = None  # run: serve Prometheus metrics on HOST:PORT
+    keys: Keyring | None = None  # secret files are sealed with keys[0] (docs/SECRETS.md)
+    key_file: Path | None = None  # where `keys` came from (None: $SYNCENGINE_KEY or no key)
 
     @property
     def durable_id(self) -> str:
@@ -232,7 +237,10 @@ def config_from_dict(
     plain_after = layers.number("plain_after", default=DEFAULT_PLAIN_AFTER)
     home = _home(layers, s3) if layers.has("home", "HOME") else None
     require_mount = sections.require_mount(layers)
-    specs = adapter_specs(layers, builtin_adapters(), local_root, durable_root)
+    specs = encryption.add_secrets(
+        layers, adapter_specs(layers, builtin_adapters(), local_root, durable_root)
+    )
+    keys, key_file = encryption.keyring(layers)
     check_overlaps(specs, state_dir)
     gc = sections.gc_config(raw.get("gc", {}), origin)
     write_back, rclone_rc = sections.write_back(layers)
@@ -258,6 +266,8 @@ def config_from_dict(
         plain_after=float(plain_after),
         s3=s3,
         metrics_address=metrics_address,
+        keys=keys,
+        key_file=key_file,
         **sections.lease(layers),
     )
 

@@ -11,7 +11,7 @@ file's content (a SQLite header) it asks a `Sniffer`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import attrs
@@ -211,6 +211,8 @@ def plan_checkpoint(
     plain_why: str = "quiet",
     missing_dirs: Iterable[str] = (),
     trust_hashes: bool = True,
+    seals: Callable[[str], bool] | None = None,
+    reseal: frozenset[str] = frozenset(),
 ) -> tuple[CheckpointAction, ...]:
     """One action per changed, new, vanished or special path, naming what will be done.
 
@@ -222,12 +224,18 @@ def plan_checkpoint(
     Directories the scan reports are recorded (`RecordDir`), those in
     `missing_dirs` counted absent.  Without `trust_hashes` (the staging marker
     of a killed pass is there) no upload is skipped by its recorded hash.
+    `seals` says which paths are sealed secret files (docs/SECRETS.md): always
+    uploaded whole, never a log's segments; `reseal` names unchanged ones whose
+    published copy is plain or sealed with an older key, uploaded again.
     """
     actions: list[CheckpointAction] = []
     changed = set()
     databases: set[str] = set()  # of changed companions
     for seen in sorted(scan.changed):
-        action = _plan_seen(seen, index, logs, sniff, seen.path in compact, trust_hashes)
+        secret = seals is not None and seals(seen.path)
+        action = _plan_seen(
+            seen, index, None if secret else logs, sniff, seen.path in compact, trust_hashes
+        )
         if isinstance(action, SkipCompanion):
             databases.add(action.database)
         actions.append(action)  # a changed log is not quiet: `plain` is for unchanged ones
@@ -238,6 +246,11 @@ def plan_checkpoint(
     for path in sorted(plain - changed - compact):
         rec = index.get(path)
         actions.append(PlainCopy(path, rec.size if rec else 0, plain_why))
+    missing = tuple(missing)
+    for path in sorted(reseal - changed - set(missing)):
+        rec = index.get(path)
+        why = "seal: published plain or with an older key"
+        actions.append(Upload(path, rec.size if rec else 0, why, hash_first=False))
     snapshotted = {a.path for a in actions if isinstance(a, Snapshot)}
     actions.extend(
         Snapshot(p, "unlisted database: its WAL or journal changed", listed=False)
