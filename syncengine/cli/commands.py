@@ -142,6 +142,8 @@ def _run(engine: Engine, args: argparse.Namespace) -> int:
 
 
 def _checkpoint(engine: Engine, args: argparse.Namespace) -> Report:
+    if args.command == "rekey":
+        return keys.rekey(engine, args)
     return engine.checkpoint(
         args.adapters,
         wait=not args.no_wait,
@@ -265,10 +267,8 @@ def _command(args: argparse.Namespace) -> int:
             for err in mrep.errors:
                 print(f"syncengine: migrate: {err}", file=sys.stderr)
             return mrep.exit_code
-        if args.command == "checkpoint":
+        if args.command in ("checkpoint", "rekey"):
             report = _checkpoint(engine, args)
-        elif args.command == "rekey":
-            report = keys.rekey(engine, args)
         else:
             report = engine.restore(args.adapters, dry_run=args.dry_run, takeover=args.takeover)
     except SyncEngineError as exc:

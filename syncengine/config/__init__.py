@@ -237,15 +237,11 @@ def config_from_dict(
     plain_after = layers.number("plain_after", default=DEFAULT_PLAIN_AFTER)
     home = _home(layers, s3) if layers.has("home", "HOME") else None
     require_mount = sections.require_mount(layers)
-    specs = encryption.add_secrets(
-        layers, adapter_specs(layers, builtin_adapters(), local_root, durable_root)
-    )
-    keys, key_file = encryption.keyring(layers)
+    specs = adapter_specs(layers, builtin_adapters(), local_root, durable_root)
     check_overlaps(specs, state_dir)
-    gc = sections.gc_config(raw.get("gc", {}), origin)
     write_back, rclone_rc = sections.write_back(layers)
-    confirm = layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)
     metrics_address = sections.metrics_address(layers)
+    keys = encryption.keyring(layers)  # before `sources` is copied: it records key_file's
     return Config(
         local_root=local_root,
         durable_root=durable_root,
@@ -257,18 +253,17 @@ def config_from_dict(
         rescan_interval=float(rescan),
         sources=dict(layers.sources),
         journal_dir=journal_dir,
-        gc=gc,
+        gc=sections.gc_config(raw.get("gc", {}), origin),
         require_mount=require_mount,
         write_back=write_back,
         rclone_rc=rclone_rc,
-        confirm_timeout=float(confirm),
+        confirm_timeout=float(layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)),
         home=home,
         plain_after=float(plain_after),
         s3=s3,
         metrics_address=metrics_address,
-        keys=keys,
-        key_file=key_file,
         **sections.lease(layers),
+        **keys,
     )
 
 

@@ -5,28 +5,25 @@ config, or ``$SYNCENGINE_KEY_FILE``), else the key text in
 ``$SYNCENGINE_KEY`` (for platforms that inject secrets as variables); never
 the config file's own text.  The key is parsed into a `Keyring` here, so a bad
 or unreadable key is a `ConfigError` before anything runs, and the message
-names the file and the line, never a key.  Also owns the ``[secrets]`` table
-(adapter name = patterns added to the adapter's own).  Read by
+names the file and the line, never a key (the ``[secrets]`` table, patterns added
+to an adapter's own, is `layers.add_secrets`'s).  Read by
 `syncengine.config.config_from_dict` only.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
-import attrs
-
-from syncengine.config.adapterspec import AdapterSpec, plain_text
 from syncengine.config.layers import Layers
 from syncengine.crypt import sealed
-from syncengine.crypt.keys import Keyring, KeyTextError, parse
+from syncengine.crypt.keys import KeyTextError, parse
 from syncengine.errors import ConfigError
 
 KEY_ENV = "SYNCENGINE_KEY"
 
 
-def keyring(layers: Layers) -> tuple[Keyring | None, Path | None]:
-    """The configured keys and the key file they came from (None, None: no key)."""
+def keyring(layers: Layers) -> dict[str, Any]:
+    """`Config`'s ``keys`` and the ``key_file`` they came from (both None: no key)."""
     key_file = (
         layers.path("key_file", env_key="SYNCENGINE_KEY_FILE")
         if layers.has("key_file", "SYNCENGINE_KEY_FILE")
@@ -45,27 +42,10 @@ def keyring(layers: Layers) -> tuple[Keyring | None, Path | None]:
         where, text = f"env ${KEY_ENV}", layers.env[KEY_ENV]
         layers.sources["key"] = where
     else:
-        return None, None
+        return {"keys": None, "key_file": None}
     try:
         keys = parse(text)
         sealed.require()
     except (KeyTextError, ImportError) as exc:
         raise ConfigError(f"{where}: {exc}") from None
-    return keys, key_file
-
-
-def add_secrets(layers: Layers, specs: tuple[AdapterSpec, ...]) -> tuple[AdapterSpec, ...]:
-    """`specs` with the ``[secrets]`` table's patterns added to each named adapter's."""
-    table = layers.table("secrets")
-    names = {s.name for s in specs}
-    for name, patterns in table.items():
-        if name not in names:
-            raise ConfigError(
-                f"{layers.origin}: [secrets] no enabled adapter {name!r}: enabled adapters "
-                f"are {', '.join(sorted(names))}"
-            )
-        if not isinstance(patterns, list) or not all(plain_text(p) for p in patterns):
-            raise ConfigError(
-                f"{layers.origin}: [secrets] {name} must be a list of non-empty patterns"
-            )
-    return tuple(attrs.evolve(s, secrets=s.secrets + tuple(table.get(s.name, ()))) for s in specs)
+    return {"keys": keys, "key_file": key_file}

@@ -224,9 +224,7 @@ def plan_checkpoint(
     Directories the scan reports are recorded (`RecordDir`), those in
     `missing_dirs` counted absent.  Without `trust_hashes` (the staging marker
     of a killed pass is there) no upload is skipped by its recorded hash.
-    `seals` says which paths are sealed secret files (docs/SECRETS.md): always
-    uploaded whole, never a log's segments; `reseal` names unchanged ones whose
-    published copy is plain or sealed with an older key, uploaded again.
+    `seals`, `reseal`: secret files (`_sealing`).
     """
     actions: list[CheckpointAction] = []
     changed = set()
@@ -247,10 +245,7 @@ def plan_checkpoint(
         rec = index.get(path)
         actions.append(PlainCopy(path, rec.size if rec else 0, plain_why))
     missing = tuple(missing)
-    for path in sorted(reseal - changed - set(missing)):
-        rec = index.get(path)
-        why = "seal: published plain or with an older key"
-        actions.append(Upload(path, rec.size if rec else 0, why, hash_first=False))
+    actions.extend(_sealing(reseal - changed - set(missing), index))
     snapshotted = {a.path for a in actions if isinstance(a, Snapshot)}
     actions.extend(
         Snapshot(p, "unlisted database: its WAL or journal changed", listed=False)
@@ -261,6 +256,18 @@ def plan_checkpoint(
     actions.extend(MarkAbsent(p, directory=True) for p in sorted(missing_dirs))
     actions.extend(SkipSpecial(p) for p in sorted(scan.specials))
     return tuple(actions)
+
+
+def _sealing(reseal: set[str] | frozenset[str], index: Index) -> list[Upload]:
+    """Secret files (docs/SECRETS.md; `seals` says which are sealed) are uploaded whole,
+    never as a log's segments; `reseal` names unchanged ones whose published copy is
+    plain or sealed with an older key: they are uploaded again, sealed."""
+    uploads = []
+    for path in sorted(reseal):
+        rec = index.get(path)
+        why = "seal: published plain or with an older key"
+        uploads.append(Upload(path, rec.size if rec else 0, why, hash_first=False))
+    return uploads
 
 
 def _plan_dir(path: str, mode: int, index: Index) -> RecordDir | SkipDir:
