@@ -220,10 +220,7 @@ def config_from_dict(
     current directory).
     """
     env = os.environ if env is None else env
-    _refuse_unknown_keys(raw, origin)
-    layers = Layers(
-        env, raw, overrides or {}, origin, Path(base_dir) if base_dir is not None else None
-    )
+    layers = _layers(raw, env, overrides, origin, base_dir)
     local_root = layers.path("local_root", env_key="AM_LOCAL", fix="set AM_LOCAL or local_root")
     durable_root, s3 = _durable_root(layers, env)
     state_dir = layers.path("state_dir", default=str(local_root / ".syncengine"))
@@ -241,6 +238,7 @@ def config_from_dict(
     check_overlaps(specs, state_dir)
     write_back, rclone_rc = sections.write_back(layers)
     metrics_address = sections.metrics_address(layers)
+    confirm = layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)
     keys = encryption.keyring(layers)  # before `sources` is copied: it records key_file's
     return Config(
         local_root=local_root,
@@ -257,13 +255,27 @@ def config_from_dict(
         require_mount=require_mount,
         write_back=write_back,
         rclone_rc=rclone_rc,
-        confirm_timeout=float(layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)),
+        confirm_timeout=float(confirm),
         home=home,
         plain_after=float(plain_after),
         s3=s3,
         metrics_address=metrics_address,
         **sections.lease(layers),
         **keys,
+    )
+
+
+def _layers(
+    raw: Mapping[str, Any],
+    env: Mapping[str, str],
+    overrides: Mapping[str, Any] | None,
+    origin: str,
+    base_dir: str | os.PathLike[str] | None,
+) -> Layers:
+    """The layers to look keys up in, after refusing a key the file may not have."""
+    _refuse_unknown_keys(raw, origin)
+    return Layers(
+        env, raw, overrides or {}, origin, Path(base_dir) if base_dir is not None else None
     )
 
 
