@@ -45,9 +45,7 @@ def _login(tree: Tree) -> None:
 def _hits(root: Any, needle: str) -> list[str]:
     """Every durable object under `root` (a directory, or an S3 prefix) holding `needle`."""
     if isinstance(root, Path):
-        found = {
-            str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()
-        }
+        found = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
     else:
         found = root.files(skip=None)
     return sorted(name for name, data in found.items() if needle.encode() in data)
