@@ -9,6 +9,7 @@ Tampered, truncated and swapped objects are refused.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -68,6 +69,9 @@ def test_secret_files_are_sealed_in_the_bucket_and_restored_with_the_key(
     for path in tree.local.glob("codex-home/*"):
         if path.is_file():
             path.unlink()
+    out = io.BytesIO()
+    engine(RAW, SYNCENGINE_KEY_FILE=str(key)).export("auth.json", out, adapter="codex")
+    assert out.getvalue() == before["auth.json"]
     rep = engine(RAW, SYNCENGINE_KEY_FILE=str(key)).restore()
     assert rep.ok, rep.errors
     auth = tree.local / "codex-home/auth.json"

@@ -234,6 +234,8 @@ def plan_checkpoint(
         action = _plan_seen(
             seen, index, None if secret else logs, sniff, seen.path in compact, trust_hashes
         )
+        if secret and isinstance(action, Upload):
+            action = attrs.evolve(action, reason=f"{action.reason}, sealed")
         if isinstance(action, SkipCompanion):
             databases.add(action.database)
         actions.append(action)  # a changed log is not quiet: `plain` is for unchanged ones
@@ -265,7 +267,7 @@ def _sealing(reseal: set[str] | frozenset[str], index: Index) -> list[Upload]:
     uploads = []
     for path in sorted(reseal):
         rec = index.get(path)
-        why = "seal: published plain or with an older key"
+        why = "published plain or with an older key, sealed"
         uploads.append(Upload(path, rec.size if rec else 0, why, hash_first=False))
     return uploads
 
