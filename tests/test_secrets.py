@@ -21,7 +21,10 @@ import pytest
 from syncengine import Engine, config_from_dict
 from syncengine.crypt import keys, sealed
 from syncengine.crypt.secrets import Secrets, may_pack
+from syncengine.durable import manifest
 from syncengine.errors import ConfigError
+from syncengine.local import behind
+from syncengine.local.index import Index
 from tests.conftest import CliRunner, EngineFactory, Tree
 
 TOKEN = "sk-live-TOKEN-5f1e0c9a7b"
@@ -211,11 +214,28 @@ def test_gc_collects_the_plain_copy_on_a_mount_without_rename(
     assert TOKEN in (tree.local / "codex-home/auth.json").read_text()
 
 
+@pytest.mark.dir_only(reason="the index's bookkeeping, the same on every kind")
+def test_a_write_back_mounts_check_expects_the_sealed_size(
+    tree: Tree, engine: EngineFactory
+) -> None:
+    """The start-up check of a write-back mount heads each unconfirmed object: a sealed
+    one is larger than the file it holds, and is not "missing" for that."""
+    key = _key_file(tree, "key", keys.generate())
+    _login(tree)
+    assert engine(RAW, SYNCENGINE_KEY_FILE=str(key)).checkpoint().ok
+    index = Index.load(tree.state / "index/codex.idx")
+    assert index is not None
+    entries = [e for e in manifest.load(tree.store("state/codex")).entries.values()]
+    assert any(e.extra.get("sealed") for e in entries)
+    behind.after_pass(index, entries, False, "mount-1", keeps_mtime=True)
+    assert behind.audit(tree.store("state/codex"), index, None).missing == {}
+
+
 def test_sealed_objects_and_keys() -> None:
     ring = keys.parse(keys.generate() + "\n" + keys.generate())
     a = sealed.seal(ring.writer, b"secret", "codex/auth.json")
     b = sealed.seal(ring.writer, b"secret", "codex/auth.json")
-    assert a != b  # a fresh nonce per object
+    assert a != b and len(a) == len(b"secret") + sealed.OVERHEAD  # a fresh nonce per object
     assert sealed.unseal(ring, a, "codex/auth.json") == b"secret"
     with pytest.raises(sealed.SealError, match="fails authentication"):
         sealed.unseal(ring, a, "claude/auth.json")  # bound to the adapter and the path

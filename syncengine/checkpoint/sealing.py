@@ -82,7 +82,9 @@ def stale_secrets(state: AdapterState, settled: set[str]) -> frozenset[str]:
     stale = frozenset(
         path
         for path, rec in state.index.items()
-        if rec.kind == "file" and not rec.absent and secrets.stale(path, extras.get(path))
+        if rec.kind in ("file", "segments")
+        and not rec.absent
+        and secrets.stale(path, extras.get(path))
     )
     if not stale:
         settled.add(state.name)

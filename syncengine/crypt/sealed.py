@@ -26,7 +26,8 @@ VERSION = 1
 NONCE_BYTES = 12
 TAG_BYTES = 16
 HEADER_BYTES = len(MAGIC) + 1 + FINGERPRINT_BYTES + NONCE_BYTES
-INSTALL = "pip install 'syncengine[encrypt]' (the cryptography package)"
+OVERHEAD = HEADER_BYTES + TAG_BYTES  # a sealed object's size is its plaintext's plus this
+INSTALL = "pip install -e '.[encrypt]' in the clone (the cryptography package)"
 
 
 class SealError(Exception):
@@ -60,13 +61,6 @@ def seal(key: Key, plaintext: bytes, name: str) -> bytes:
     header = MAGIC + bytes([VERSION]) + key.fp + os.urandom(NONCE_BYTES)
     nonce = header[-NONCE_BYTES:]
     return header + bytes(_aesgcm()(key.raw).encrypt(nonce, plaintext, header + name.encode()))
-
-
-def key_of(data: bytes) -> str | None:
-    """The fingerprint (hex) a sealed object names, or None when it is not one."""
-    if not is_sealed(data) or len(data) < HEADER_BYTES:
-        return None
-    return data[len(MAGIC) + 1 : len(MAGIC) + 1 + FINGERPRINT_BYTES].hex()
 
 
 def unseal(keys: Keyring | None, data: bytes, name: str) -> bytes:
@@ -108,4 +102,13 @@ def unseal(keys: Keyring | None, data: bytes, name: str) -> bytes:
         ) from None
 
 
-__all__ = ["HEADER_BYTES", "MAGIC", "SealError", "is_sealed", "key_of", "require", "seal", "unseal"]
+__all__ = [
+    "HEADER_BYTES",
+    "MAGIC",
+    "OVERHEAD",
+    "SealError",
+    "is_sealed",
+    "require",
+    "seal",
+    "unseal",
+]
