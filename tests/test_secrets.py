@@ -214,6 +214,23 @@ def test_gc_collects_the_plain_copy_on_a_mount_without_rename(
     assert TOKEN in (tree.local / "codex-home/auth.json").read_text()
 
 
+@pytest.mark.dir_only(reason="the planning rule; every kind is covered above")
+def test_a_secret_that_is_also_a_log_is_sealed_whole(tree: Tree, engine: EngineFactory) -> None:
+    key = _key_file(tree, "key", keys.generate())
+    raw = {**RAW, "secrets": {"codex": ["/sessions/rollout-1.jsonl"]}}
+    _login(tree)
+    log = tree.write("codex-home/sessions/rollout-1.jsonl", f'{{"said": "{TOKEN}"}}\n')
+    assert engine(raw, SYNCENGINE_KEY_FILE=str(key)).checkpoint().ok
+    with log.open("a") as f:
+        f.write(f'{{"said": "{OTHER}"}}\n')
+    assert engine(raw, SYNCENGINE_KEY_FILE=str(key)).checkpoint(final=True).ok
+    assert _hits(tree.data, TOKEN) == [] and _hits(tree.data, OTHER) == []
+    content = log.read_bytes()
+    log.unlink()
+    assert engine(raw, SYNCENGINE_KEY_FILE=str(key)).restore().ok
+    assert log.read_bytes() == content
+
+
 @pytest.mark.dir_only(reason="the index's bookkeeping, the same on every kind")
 def test_a_write_back_mounts_check_expects_the_sealed_size(
     tree: Tree, engine: EngineFactory

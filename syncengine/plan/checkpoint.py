@@ -226,6 +226,7 @@ def plan_checkpoint(
     of a killed pass is there) no upload is skipped by its recorded hash.
     `seals`, `reseal`: secret files (`_sealing`).
     """
+    compact, plain = _not_secret(compact, seals), _not_secret(plain, seals)
     actions: list[CheckpointAction] = []
     changed = set()
     databases: set[str] = set()  # of changed companions
@@ -258,6 +259,12 @@ def plan_checkpoint(
     actions.extend(MarkAbsent(p, directory=True) for p in sorted(missing_dirs))
     actions.extend(SkipSpecial(p) for p in sorted(scan.specials))
     return tuple(actions)
+
+
+def _not_secret(paths: frozenset[str], seals: Callable[[str], bool] | None) -> frozenset[str]:
+    """`paths` without the sealed secret files: a secret is never a log (no compaction, no
+    plain copy), it is uploaded whole, sealed (`reseal`)."""
+    return paths if seals is None else frozenset(p for p in paths if not seals(p))
 
 
 def _sealing(reseal: set[str] | frozenset[str], index: Index) -> list[Upload]:
