@@ -34,6 +34,7 @@ DESIGN = PACKAGE.parent / "docs" / "DESIGN.md"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__about__", "errors", "report", "progress", "notices", "patterns"),  # the ground floor
     ("fs",),
+    ("crypt",),
     ("sqlite",),
     ("config",),
     ("durable",),

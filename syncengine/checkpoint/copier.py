@@ -51,6 +51,7 @@ class Copied:
     stat_before: tuple[int, int, int]
     raced: bool  # the file changed while it was read: do not record it as clean
     object: str | None = None  # where the bytes went when not at the path (no-rename mounts)
+    sealed: str | None = None  # a secret file: the fingerprint of the key it is sealed with
 
 
 @attrs.frozen
@@ -68,7 +69,7 @@ class Published:
     extra: dict[str, Any]
 
 
-def _sig(st: os.stat_result) -> tuple[int, int, int]:
+def sig(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
@@ -107,8 +108,8 @@ def upload(
                     known_hash,
                     st.st_mode,
                     st.st_mtime_ns,
-                    _sig(st),
-                    raced=_sig(after) != _sig(st),
+                    sig(st),
+                    raced=sig(after) != sig(st),
                 )
             os.lseek(fd, 0, os.SEEK_SET)
         # committed with the source's mode and mtime (CommitRefused: not written)
@@ -118,7 +119,7 @@ def upload(
         obj = out.object
     finally:
         os.close(fd)
-    return Copied(True, size, h, st.st_mode, st.st_mtime_ns, _sig(st), raced=raced, object=obj)
+    return Copied(True, size, h, st.st_mode, st.st_mtime_ns, sig(st), raced=raced, object=obj)
 
 
 def _check_copy(
@@ -147,7 +148,7 @@ def _check_copy(
         return False
     if hash_file(fd, size, name=src) != digest:
         raise Changed(relpath, "rewritten in place while it was copied")
-    return _sig(after) != _sig(st)
+    return sig(after) != sig(st)
 
 
 def unwritten(st: os.stat_result, after: os.stat_result, recent_ns: int | None) -> bool:
@@ -157,7 +158,7 @@ def unwritten(st: os.stat_result, after: os.stat_result, recent_ns: int | None) 
     no one can set) is older than `recent_ns`: a write in the same timestamp
     tick leaves them all equal.
     """
-    return _sig(after) == _sig(st) and (recent_ns is None or st.st_ctime_ns < recent_ns)
+    return sig(after) == sig(st) and (recent_ns is None or st.st_ctime_ns < recent_ns)
 
 
 __all__ = [
@@ -165,6 +166,7 @@ __all__ = [
     "Copied",
     "Published",
     "SQLiteFile",
+    "sig",
     "unwritten",
     "upload",
 ]

@@ -20,6 +20,7 @@ import attrs
 
 from syncengine.checkpoint import record, segments, sqlite, sqlite_pass
 from syncengine.checkpoint.copier import Changed, Copied, Published, SQLiteFile, upload
+from syncengine.checkpoint.sealing import upload_sealed
 from syncengine.errors import SourceError
 from syncengine.fs.stream import NotRegular, Vanished, in_order
 from syncengine.local.adapter import AdapterState
@@ -74,17 +75,7 @@ def publish_all(
                     recent_ns=recent,
                     plain=not isinstance(item, AppendSegments) or bool(item.plain),
                 )
-            rec = state.index.get(item.path) if item.hash_first else None
-            known = rec if rec is not None and rec.kind == "file" else None
-            return upload(
-                state.store,
-                os.fspath(state.live),
-                item.path,
-                known_hash=known.hash64 if known else None,
-                known_size=known.size if known else None,
-                sniff_sqlite=sniff,
-                recent_ns=recent,
-            )
+            return _upload(state, item, sniff, recent)
         except SQLiteFile:  # it became a database since it was planned: never copy it raw
             log.info(
                 "checkpoint.plan-changed adapter=%s path=%s: now a SQLite database",
@@ -98,6 +89,33 @@ def publish_all(
 
     items: list[Item] = [*work.databases, *work.files]
     return in_order(items, one, jobs=jobs, name="syncengine-copy")
+
+
+def _upload(state: AdapterState, item: Upload, sniff: bool, recent: int) -> Copied:
+    """One planned whole-file upload: sealed when it is a secret file and a key is set."""
+    rec = state.index.get(item.path) if item.hash_first else None
+    known = rec if rec is not None and rec.kind == "file" else None
+    secrets = state.secrets
+    if secrets is not None and secrets.seals(item.path):
+        stale = secrets.stale(item.path, state.index.extras.get(item.path))
+        return upload_sealed(
+            state.store,
+            os.fspath(state.live),
+            item.path,
+            secrets,
+            known_hash=known.hash64 if known and not stale else None,
+            sniff_sqlite=sniff,
+            recent_ns=recent,
+        )
+    return upload(
+        state.store,
+        os.fspath(state.live),
+        item.path,
+        known_hash=known.hash64 if known else None,
+        known_size=known.size if known else None,
+        sniff_sqlite=sniff,
+        recent_ns=recent,
+    )
 
 
 def collect(state: AdapterState, item: Item, result: Result, p: Pass) -> None:

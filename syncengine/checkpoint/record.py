@@ -19,6 +19,7 @@ import attrs
 
 from syncengine.checkpoint import segments
 from syncengine.checkpoint.copier import Copied, Published
+from syncengine.crypt.secrets import SEALED
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
 from syncengine.fs.stream import link_hash
@@ -110,8 +111,16 @@ def entry_of(done: Done) -> Entry:
         )
     if isinstance(done, FileDone):
         c = done.copied
+        sealed = {SEALED: c.sealed} if c.sealed else {}
         return Entry(
-            done.path, "file", c.size, c.mtime_ns, c.mode & 0o7777, c.hash64, object=c.object
+            done.path,
+            "file",
+            c.size,
+            c.mtime_ns,
+            c.mode & 0o7777,
+            c.hash64,
+            object=c.object,
+            extra=sealed,
         )
     if isinstance(done, DirDone):
         return Entry(done.path, "dir", mode=done.mode)
@@ -266,8 +275,10 @@ def _apply_copy(index: Index, d: FileDone | LogDone, started_ns: int) -> None:
     extra: dict[str, Any] | None = None  # unchanged content: keep what is recorded
     if isinstance(d, LogDone):
         extra = d.copied.extra
-    elif c.published:  # a new whole-file version: at its path, or a unique object
+    elif c.published:  # a new whole-file version: at its path, or a unique object; sealed?
         extra = {"object": c.object} if c.object else {}
+        if c.sealed:
+            extra[SEALED] = c.sealed
     index.record(
         d.path,
         size=c.size,

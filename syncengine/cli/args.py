@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from syncengine.__about__ import __version__
-from syncengine.cli import argtypes, lease, optionplace, runargs, statusview
+from syncengine.cli import argtypes, keys, lease, optionplace, runargs, statusview
 
 EPILOG = """\
 exit codes:
@@ -175,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     _explain_and_run(sub)
     runargs.add_parser(functools.partial(_command, sub))
     lease.add_parser(functools.partial(_command, sub))
+    keys.add_parser(functools.partial(_command, sub))
     return p
 
 

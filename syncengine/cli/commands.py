@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from syncengine.cli import printing
+from syncengine.cli import keys, printing
 from syncengine.cli.args import build_parser
 from syncengine.config import load_config
 from syncengine.engine import Engine
@@ -142,6 +142,8 @@ def _run(engine: Engine, args: argparse.Namespace) -> int:
 
 
 def _checkpoint(engine: Engine, args: argparse.Namespace) -> Report:
+    if args.command == "rekey":
+        return keys.rekey(engine, args)
     return engine.checkpoint(
         args.adapters,
         wait=not args.no_wait,
@@ -193,6 +195,8 @@ INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose, args.quiet, args.log_json)
+    if args.command == "keygen":  # needs no configuration
+        return keys.keygen()
     try:
         code = _command(args)
         sys.stdout.flush()
@@ -269,7 +273,7 @@ def _command(args: argparse.Namespace) -> int:
             for err in mrep.errors:
                 print(f"syncengine: migrate: {err}", file=sys.stderr)
             return mrep.exit_code
-        if args.command == "checkpoint":
+        if args.command in ("checkpoint", "rekey"):
             report = _checkpoint(engine, args)
         else:
             report = engine.restore(args.adapters, dry_run=args.dry_run, takeover=args.takeover)

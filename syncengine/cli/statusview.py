@@ -269,6 +269,7 @@ def adapter_lines(a: dict[str, Any], running: bool) -> list[str]:
             f"    database {db['path']}: last snapshot {when(db.get('snapshot_ns'))}, "
             f"{size(db.get('size') or 0)}"
         )
+    out.extend(_secret_lines(a.get("secrets") or {}))
     if a.get("loss_window_s") is not None:
         pending = a.get("pending")
         out.append(
@@ -283,6 +284,17 @@ def adapter_lines(a: dict[str, Any], running: bool) -> list[str]:
         )
     if a.get("last_error"):
         out.append(f"    last error: {a['last_error']}")
+    return out
+
+
+def _secret_lines(secrets: dict[str, Any]) -> list[str]:
+    """Which secret files are encrypted, by key fingerprint, and which are still plain."""
+    out = [
+        f"    encrypted with key {fp}: {', '.join(paths)}"
+        for fp, paths in (secrets.get("sealed") or {}).items()
+    ]
+    if secrets.get("plain"):
+        out.append(f"    secret file(s) stored plain: {', '.join(secrets['plain'])}")
     return out
 
 
@@ -320,6 +332,13 @@ def _root_lines(status: dict[str, Any]) -> list[str]:
         out.append("durable root probe: none (an S3 bucket, reached through its API)")
     else:
         out.append("durable root probe: not yet (runs at the first checkpoint that writes)")
+    enc = status.get("encryption")
+    out.append(
+        "encryption: off, secret files are stored plain (docs/SECRETS.md)"
+        if not enc
+        else f"encryption: secret files sealed with key {enc['keys'][0]}"
+        + (f" (older keys read: {', '.join(enc['keys'][1:])})" if enc["keys"][1:] else "")
+    )
     wb = status.get("write_back")
     if wb:
         out.append(f"  {'' if wb['confirmed'] else 'WARNING: '}{wb['text']}")

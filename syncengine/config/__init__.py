@@ -34,8 +34,8 @@ from typing import Any
 
 import attrs
 
+from syncengine.config import encryption, sections
 from syncengine.config import s3location as s3_location
-from syncengine.config import sections
 from syncengine.config.adapterspec import (
     AdapterSpec,
     MigrateStep,
@@ -51,6 +51,7 @@ from syncengine.config.sections import (
     GcConfig,
     split_address,
 )
+from syncengine.crypt.keys import Keyring
 from syncengine.errors import ConfigError
 
 TOP_KEYS = frozenset(
@@ -78,6 +79,8 @@ TOP_KEYS = frozenset(
         "lease_wait",
         "lease_lost",
         "metrics_address",
+        "key_file",
+        "secrets",
     }
 )
 DEFAULT_INTERVAL = 15.0
@@ -114,6 +117,8 @@ class Config:
     lease_wait: float = DEFAULT_LEASE_WAIT
     lease_lost: str = "stop"  # run, once fenced: "stop" COMMAND and exit 76, or "keep" it
     metrics_address: str | None = None  # run: serve Prometheus metrics on HOST:PORT
+    keys: Keyring | None = None  # secret files are sealed with keys[0] (docs/SECRETS.md)
+    key_file: Path | None = None  # where `keys` came from (None: $SYNCENGINE_KEY or no key)
 
     @property
     def durable_id(self) -> str:
@@ -216,10 +221,7 @@ def config_from_dict(
     current directory).
     """
     env = os.environ if env is None else env
-    _refuse_unknown_keys(raw, origin)
-    layers = Layers(
-        env, raw, overrides or {}, origin, Path(base_dir) if base_dir is not None else None
-    )
+    layers = _layers(raw, env, overrides, origin, base_dir)
     local_root = layers.path("local_root", env_key="AM_LOCAL", fix="set AM_LOCAL or local_root")
     durable_root, s3 = _durable_root(layers, env)
     state_dir = layers.path("state_dir", default=str(local_root / ".syncengine"))
@@ -235,10 +237,10 @@ def config_from_dict(
     require_mount = sections.require_mount(layers)
     specs = adapter_specs(layers, builtin_adapters(), local_root, durable_root, s3)
     check_overlaps(specs, state_dir, functools.partial(s3_location.display, s3))
-    gc = sections.gc_config(raw.get("gc", {}), origin)
     write_back, rclone_rc = sections.write_back(layers)
-    confirm = layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)
     metrics_address = sections.metrics_address(layers)
+    confirm = layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)
+    keys = encryption.keyring(layers)  # before `sources` is copied: it records key_file's
     return Config(
         local_root=local_root,
         durable_root=durable_root,
@@ -250,7 +252,7 @@ def config_from_dict(
         rescan_interval=float(rescan),
         sources=dict(layers.sources),
         journal_dir=journal_dir,
-        gc=gc,
+        gc=sections.gc_config(raw.get("gc", {}), origin),
         require_mount=require_mount,
         write_back=write_back,
         rclone_rc=rclone_rc,
@@ -260,6 +262,21 @@ def config_from_dict(
         s3=s3,
         metrics_address=metrics_address,
         **sections.lease(layers),
+        **keys,
+    )
+
+
+def _layers(
+    raw: Mapping[str, Any],
+    env: Mapping[str, str],
+    overrides: Mapping[str, Any] | None,
+    origin: str,
+    base_dir: str | os.PathLike[str] | None,
+) -> Layers:
+    """The layers to look keys up in, after refusing a key the file may not have."""
+    _refuse_unknown_keys(raw, origin)
+    return Layers(
+        env, raw, overrides or {}, origin, Path(base_dir) if base_dir is not None else None
     )
 
 

@@ -37,6 +37,7 @@ ADAPTER_KEYS = frozenset(
         "exclude",
         "sqlite",
         "segments",
+        "secrets",
         "migrate",
         "live_env",
         "durable_env",
@@ -84,6 +85,7 @@ class AdapterSpec:
     exclude: tuple[str, ...] = ()
     sqlite: tuple[str, ...] = ()
     segments: tuple[str, ...] = ()  # append-only logs, stored as immutable segments
+    secrets: tuple[str, ...] = ()  # sealed before they leave the machine (docs/SECRETS.md)
     migrate: tuple[MigrateStep, ...] = ()  # steps of `syncengine migrate`
     description: str = ""
     origin: str = ""
@@ -200,7 +202,7 @@ def adapter_spec(
         if not plain_text(table.get(key)):
             raise ConfigError(f"{origin}: adapter {name!r}: {key} must be a non-empty path")
     lists = {}
-    for key in ("exclude", "sqlite", "segments"):
+    for key in ("exclude", "sqlite", "segments", "secrets"):
         value = table.get(key, [])
         if not isinstance(value, list) or not all(plain_text(v) for v in value):
             raise ConfigError(
@@ -216,6 +218,7 @@ def adapter_spec(
         exclude=lists["exclude"],
         sqlite=lists["sqlite"],
         segments=lists["segments"],
+        secrets=lists["secrets"],
         migrate=migrate_steps(table.get("migrate", []), f"{origin}: adapter {name!r}"),
         description=str(table.get("description", "")),
         origin=origin,

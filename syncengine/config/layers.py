@@ -3,7 +3,8 @@
 Owns `Layers`, which looks a key up in the command-line overrides, then the
 config file, then the environment, and records which one answered (for
 ``syncengine status``), and `adapter_specs`, which turns the enabled built-in
-adapters and the file's ``[[adapter]]`` tables into placed `AdapterSpec`s.
+adapters and the file's ``[[adapter]]`` tables into placed `AdapterSpec`s (with the
+``[secrets]`` table's patterns added, `add_secrets`).
 Reads nothing itself: `syncengine.config` reads the files and the environment
 and hands them over as mappings.
 """
@@ -23,6 +24,7 @@ from syncengine.config.adapterspec import (
     adapter_spec,
     bucket_paths,
     place,
+    plain_text,
 )
 from syncengine.config.numbers import check_number
 from syncengine.config.s3location import S3Location
@@ -190,4 +192,21 @@ def adapter_specs(
                     f"{where}: no enabled adapter {name!r}: enabled adapters "
                     f"are {', '.join(sorted(seen))}"
                 )
-    return tuple(specs)
+    return add_secrets(layers, tuple(specs))
+
+
+def add_secrets(layers: Layers, specs: tuple[AdapterSpec, ...]) -> tuple[AdapterSpec, ...]:
+    """`specs` with the ``[secrets]`` table's patterns added to each named adapter's."""
+    table = layers.table("secrets")
+    names = {s.name for s in specs}
+    for name, patterns in table.items():
+        if name not in names:
+            raise ConfigError(
+                f"{layers.origin}: [secrets] no enabled adapter {name!r}: enabled adapters "
+                f"are {', '.join(sorted(names))}"
+            )
+        if not isinstance(patterns, list) or not all(plain_text(p) for p in patterns):
+            raise ConfigError(
+                f"{layers.origin}: [secrets] {name} must be a list of non-empty patterns"
+            )
+    return tuple(attrs.evolve(s, secrets=s.secrets + tuple(table.get(s.name, ()))) for s in specs)

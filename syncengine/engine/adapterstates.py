@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from syncengine.config import AdapterSpec
+from syncengine.crypt.secrets import Secrets
 from syncengine.durable.manifest import Fence
 from syncengine.durable.posix import probe
 from syncengine.engine.context import Context
@@ -43,12 +44,14 @@ class AdapterStates:
         self.unseeded: set[str] = set()  # fresh indexes not yet rebuilt from the manifest
         self._restored_fresh: set[str] = set()  # indexes this engine's restore built whole
         self._checked: dict[str, str] = {}  # adapter -> mount instance checked (seed.due)
+        self.sealed: set[str] = set()  # adapters whose secret files were all seen sealed
 
     def forget_indexes(self, keep: frozenset[str] = frozenset()) -> None:
         """Another instance held the lease since these indexes were saved: each adapter
         but `keep` starts again from the durable manifest (`syncengine.engine.rootlease`)."""
         self.indexes = {name: ix for name, ix in self.indexes.items() if name in keep}
         self.unseeded &= keep
+        self.sealed &= keep
 
     def state(self, spec: AdapterSpec) -> AdapterState:
         """One adapter's live root, store and index (reloaded when another process saved it)."""
@@ -64,7 +67,7 @@ class AdapterStates:
                 index = Index()
                 self.unseeded.add(spec.name)
             self.indexes[spec.name] = index
-        state_dir = self.config.state_dir
+        state_dir, keys = self.config.state_dir, self.config.keys
         options = files.Options(
             staging=state_dir / "sqlite-staging",
             quarantine=state_dir / "sqlite-quarantine",
@@ -82,6 +85,7 @@ class AdapterStates:
             sqlite_patterns=spec.sqlite,
             notices=self.ctx.notices,
             fence=self.fence(spec.name),
+            secrets=Secrets(spec.name, spec.secrets, keys) if spec.secrets or keys else None,
         )
 
     def adapter_state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from syncengine.config import AdapterSpec, Config, config_from_dict, load_config
+from syncengine.crypt.secrets import of_adapters
 from syncengine.durable.lifecycle import DurableStore
 from syncengine.durable.posix import store as posix_store
 from syncengine.durable.posix.store import PosixStore
@@ -328,6 +329,7 @@ class Engine:
             restart=restart,
             limit=limit,
             progress=self.progress,
+            secrets=of_adapters(self.config.select(adapters), self.config.keys),
         )
 
     def gc(self, adapters: Sequence[str] | None = None, *, apply: bool = False) -> gc_.GcReport:

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from syncengine.checkpoint import checkpointer, record, sqlite
+from syncengine.checkpoint import checkpointer, record, sealing, sqlite
 from syncengine.config import AdapterSpec
 from syncengine.durable.lifecycle import DurableStore
 from syncengine.engine.adapterstates import AdapterStates
@@ -209,6 +209,7 @@ class Passes:
             missing = missing_mod.missing_among(state, result.gone)
         logs = state.segments is not None
         quiet_ns = self.ctx.quiet_ns()
+        secrets = state.secrets if state.secrets is not None and state.secrets.keys else None
         return plan_actions(
             result,
             state.index,
@@ -220,6 +221,8 @@ class Passes:
             plain_why=f"quiet for {self.config.plain_after:g} s",
             missing_dirs=missing_mod.missing_dirs(state, result),
             trust_hashes=not state.staging_marker.exists(),
+            seals=secrets.seals if secrets is not None else None,
+            reseal=sealing.stale_secrets(state, self.adapters.sealed),
         ) + tuple(sqlite.plan_databases(state.live, state.sqlite_patterns, state.index))
 
     def _ready(

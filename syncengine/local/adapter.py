@@ -14,6 +14,7 @@ from pathlib import Path
 
 import attrs
 
+from syncengine.crypt.secrets import Secrets
 from syncengine.durable.lifecycle import DurableStore
 from syncengine.durable.manifest import Fence
 from syncengine.local.index import Index
@@ -37,3 +38,4 @@ class AdapterState:
     sqlite_patterns: tuple[str, ...] = ()
     notices: Notices = attrs.field(factory=Notices)  # warnings said once per run
     fence: Fence | None = None  # the durable root's lease (manifest objects check it)
+    secrets: Secrets | None = None  # its secret files and the keys sealing them (crypt/)

@@ -32,6 +32,8 @@ from typing import Any
 
 import attrs
 
+from syncengine.crypt import sealed
+from syncengine.crypt.secrets import sealed_with
 from syncengine.durable.chain import chain_dir, parse
 from syncengine.durable.manifest import COMPACT_AFTER, Entry
 from syncengine.durable.store import Store
@@ -125,7 +127,7 @@ def _record(
         return {
             "kind": entry.kind,
             "object": entry.location,
-            "size": entry.size,
+            "size": entry.size + (sealed.OVERHEAD if sealed_with(entry.extra) else 0),
             "mtime_ns": entry.mtime_ns if keeps_mtime else None,
             "instance": instance,
         }

@@ -18,6 +18,7 @@ from typing import Any
 
 from syncengine.config import AdapterSpec, Config
 from syncengine.config import s3location as s3_location
+from syncengine.crypt.secrets import Secrets, sealed_with
 from syncengine.durable.posix import mount, probe
 from syncengine.fs import savefile
 from syncengine.local.index import Index
@@ -129,6 +130,7 @@ SHOWN_KEYS = (
     "home",
     "plain_after",
     "metrics_address",
+    "key_file",
 )
 
 
@@ -162,6 +164,7 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
                 "indexed_files": len(idx) if idx is not None else 0,
                 "unconfirmed": len(idx.meta.get("unconfirmed") or {}) if idx is not None else 0,
                 "databases": _databases(idx) if idx is not None else [],
+                "secrets": _secrets(Secrets(spec.name, spec.secrets, cfg.keys), idx),
                 # a running count of everything ever published was shown next to the
                 # indexed files and read as their number (issue 28): no longer kept
                 **{k: v for k, v in st.items() if k not in _DROPPED},
@@ -185,6 +188,11 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
         "sqlite": _sqlite_version(),
         "daemon": daemon or None,
         "adapters": adapters,
+        "encryption": (
+            None
+            if cfg.keys is None
+            else {"keys": list(cfg.keys.fingerprints), "source": cfg.sources.get("key_file")}
+        ),
     }
 
 
@@ -209,6 +217,21 @@ def _live_warning(spec: AdapterSpec, source: str) -> str | None:
 
 def _plain(value: Any) -> Any:
     return str(value) if isinstance(value, os.PathLike) else value
+
+
+def _secrets(secrets: Secrets, index: Index | None) -> dict[str, Any]:
+    """The secret files the index knows: sealed (by key fingerprint) and plain."""
+    sealed: dict[str, list[str]] = {}
+    plain: list[str] = []
+    if index is None:
+        return {"sealed": sealed, "plain": plain}
+    for path, rec in sorted(index.items()):
+        fp = sealed_with(index.extras.get(path))
+        if fp is not None:
+            sealed.setdefault(fp, []).append(path)
+        elif rec.kind == "file" and not rec.absent and secrets.secret(path):
+            plain.append(path)
+    return {"sealed": sealed, "plain": plain}
 
 
 def _databases(index: Index) -> list[dict[str, Any]]:

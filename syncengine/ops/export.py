@@ -2,7 +2,9 @@
 
 Owns finding which adapter and manifest entry a path means (absolute under a
 live tree, or relative with the adapter named or unambiguous) and handing it
-to `chainread.export`, which rebuilds and checks it.  Reads the durable side only.
+to `chainread.export`, which rebuilds and checks it; a sealed secret file
+(docs/SECRETS.md) is opened with the configured keys and checked against its
+hash instead.  Reads the durable side only.
 """
 
 from __future__ import annotations
@@ -12,11 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+import xxhash
+
 from syncengine.config import Config
+from syncengine.crypt import sealed
+from syncengine.crypt.secrets import Secrets, sealed_with
 from syncengine.durable import chainread
+from syncengine.durable.manifest import Entry
 from syncengine.durable.manifest import load as load_manifest
 from syncengine.durable.store import Store
-from syncengine.errors import ConfigError
+from syncengine.errors import ConfigError, SourceError
 
 
 def export(
@@ -58,5 +65,21 @@ def export(
             f"{rel} is checkpointed by adapters "
             f"{', '.join(f[2] for f in found)}: choose one with --adapter"
         )
-    store, entry, _ = found[0]
+    store, entry, name = found[0]
+    if sealed_with(entry.extra):
+        return _unsealed(store, entry, Secrets(name, keys=config.keys), out)
     return chainread.export(store, entry, out)
+
+
+def _unsealed(store: Store, entry: Entry, secrets: Secrets, out: BinaryIO) -> int:
+    """Write a sealed file's plaintext; SourceError when it cannot be opened or differs."""
+    with store.open(entry.location) as src:
+        data = src.file.read()
+    try:
+        plain = sealed.unseal(secrets.keys, data, secrets.name(entry.path))
+    except sealed.SealError as exc:
+        raise SourceError(entry.path, "export", f"{exc.why}: {exc.fix}") from None
+    if entry.hash is not None and xxhash.xxh3_64_intdigest(plain) != entry.hash:
+        raise SourceError(entry.path, "export", "the opened copy differs from its manifest hash")
+    out.write(plain)
+    return len(plain)

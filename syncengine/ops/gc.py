@@ -16,9 +16,10 @@ each re-checked with ``lstat`` locally just before: a path that exists
 locally is never deleted (a directory where a file was recorded does not count
 as the file: that file is gone).  Also removed: staging temp files older than
 ``staging_seconds``, manifest objects older than the newest readable base,
-and segment chains no manifest entry names, once older than the grace
-period.  SQLite snapshots are replaced in place (one name per database), so
-none are superseded.  A recorded directory removed locally is tombstoned the
+and segment chains and file versions (`.syncengine/objects/`, a mount without
+rename; the plain copies of secret files sealed since) no manifest entry names,
+once older than the grace period.  SQLite snapshots are replaced in place (one
+name per database), so none are superseded.  A recorded directory removed locally is tombstoned the
 same way; only its manifest entry goes (nothing durable holds it).
 
 Refuses (exit 1, with the reason) while the last restore is incomplete, and
@@ -42,7 +43,7 @@ import attrs
 from syncengine.checkpoint import checkpointer, segments
 from syncengine.config import AdapterSpec, GcConfig
 from syncengine.durable import manifest
-from syncengine.durable.store import MANIFEST_DIR, STAGING_DIR
+from syncengine.durable.store import MANIFEST_DIR, OBJECTS_DIR, STAGING_DIR
 from syncengine.errors import DurableError, LockBusy
 from syncengine.fs.savefile import TEMP_SUFFIX
 from syncengine.local.index import ABSENT_SINCE
@@ -167,6 +168,7 @@ def gather(state: AdapterState) -> Facts:
         tuple(chain_objs),
         unusable,
         tuple(f"{MANIFEST_DIR}/{name}" for name in mstate.fenced),
+        tuple((i.key, i.size, i.mtime_ns) for i in store.list(OBJECTS_DIR)),
     )
 
 

@@ -40,6 +40,7 @@ class Facts:
     chain_objects: tuple[tuple[str, str, str, int, int], ...]  # (path, chain, name, bytes, mtime)
     unusable: tuple[str, ...] = ()  # manifest problems and invalid entries (manifest.py)
     fenced: tuple[str, ...] = ()  # manifest objects of a writer that had lost the lease
+    versions: tuple[tuple[str, int, int], ...] = ()  # .syncengine/objects/: (name, bytes, mtime)
 
 
 @attrs.frozen
@@ -165,6 +166,11 @@ def plan(facts: Facts, cfg: GcConfig, now_ns: int) -> tuple[GcAction, ...]:
             )
         )
     actions.extend(_superseded_chains(facts, tombstones, now_ns, grace_ns))
+    old = _superseded_versions(facts, now_ns, grace_ns)
+    if old:
+        actions.append(
+            DeleteObjects("superseded versions", tuple(n for n, _ in old), sum(s for _, s in old))
+        )
     stale = [(n, s) for n, s, m in facts.staging if now_ns - m >= cfg.staging_seconds * NS]
     if stale:
         actions.append(
@@ -173,6 +179,18 @@ def plan(facts: Facts, cfg: GcConfig, now_ns: int) -> tuple[GcAction, ...]:
             )
         )
     return tuple(actions)
+
+
+def _superseded_versions(facts: Facts, now_ns: int, grace_ns: int) -> list[tuple[str, int]]:
+    """Versions of files on a mount without rename (`.syncengine/objects/`) that no entry
+    names, once older than the grace period: the older versions of changed files, and
+    the plain copies of secret files sealed since (docs/SECRETS.md)."""
+    named = {e.location for e in facts.entries.values()}
+    return [
+        (name, size)
+        for name, size, mtime in facts.versions
+        if name not in named and now_ns - mtime >= grace_ns
+    ]
 
 
 def _superseded_chains(

@@ -40,6 +40,7 @@ from typing import Any
 import attrs
 import xxhash
 
+from syncengine.crypt.secrets import Secrets
 from syncengine.durable import manifest
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import MANIFEST_DIR, Store
@@ -208,6 +209,7 @@ def verify_adapter(
     restart: bool = False,
     limit: int | None = None,
     progress: Reporter = SILENT,
+    secrets: Secrets | None = None,
 ) -> AdapterVerify:
     """Check one adapter's durable side; see the module docstring."""
     progress_path = state_dir / "verify" / f"{name}.json"
@@ -224,7 +226,7 @@ def verify_adapter(
     if not resumed:
         problems += _manifest_problems(name, store, index, state)
     notes = [f"manifest: {w}" for w in state.warnings]
-    check = _checker(name, store, state_dir, notes, state.last_seq)
+    check = attrs.evolve(_checker(name, store, state_dir, notes, state.last_seq), secrets=secrets)
     first = always_sampled(entries, prog.seq)
 
     def picked(path: str) -> bool:
@@ -351,8 +353,10 @@ def verify(
     restart: bool = False,
     limit: int | None = None,
     progress: Reporter = SILENT,
+    secrets: Mapping[str, Secrets] | None = None,
 ) -> VerifyReport:
-    """Verify each named store; a failing durable side stops only that adapter."""
+    """Verify each named store (`secrets`: each adapter's secret files and keys); a failing
+    durable side stops only that adapter."""
     results = []
     for name, store in adapters.items():
         try:
@@ -365,6 +369,7 @@ def verify(
                     restart=restart,
                     limit=limit,
                     progress=progress,
+                    secrets=(secrets or {}).get(name),
                 )
             )
         except DurableError as exc:

@@ -7,7 +7,10 @@ local temp file and checked as checkpoint and restore check it.  A copy that
 differs from its entry is judged by restore's rule (`recorded.judge`, with
 `Unrecorded` asking whether an interrupted checkpoint may have left a newer
 one).  Walking the manifest, sampling, resuming and reporting are
-`syncengine.ops.verify`'s.  Never writes to the durable side.
+`syncengine.ops.verify`'s.  A secret file (docs/SECRETS.md) is read whole and
+opened with the adapter's keys, as restore opens it; with a key configured, a
+secret file the manifest records plain is a problem (`PLAIN_SECRET`).  Never
+writes to the durable side.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import xxhash
 
 from syncengine.checkpoint import sqlite
+from syncengine.crypt import sealed
+from syncengine.crypt.secrets import Secrets, sealed_with
 from syncengine.durable import chain, chainread, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import ObjectInfo, Store
@@ -25,6 +31,11 @@ from syncengine.errors import DurableError, SourceError, UnsafePath
 from syncengine.fs.stream import stream
 from syncengine.local.index import Index
 from syncengine.sqlite.check import UNCHECKED, CheckFailed
+
+PLAIN_SECRET = (
+    "a secret file stored plain in the bucket: run `syncengine checkpoint` with the key "
+    "configured (it seals it), then `syncengine gc --apply` collects the plain copy"
+)
 
 
 def _size_problem(st: ObjectInfo | None, size: int, what: str) -> str | None:
@@ -88,6 +99,7 @@ class EntryChecker:
     state_dir: Path
     notes: list[str]
     unrecorded: Unrecorded
+    secrets: Secrets | None = None
 
     def entry(self, entry: Entry, sample: bool) -> tuple[list[str], int | None]:
         """(problems, bytes read back or None) for one manifest entry."""
@@ -128,6 +140,9 @@ class EntryChecker:
         problem = _size_problem(st, -1, entry.location)
         if problem or st is None:
             return [problem or ""], None
+        secrets = self.secrets
+        if sealed_with(entry.extra) or (secrets is not None and secrets.secret(entry.path)):
+            return self._secret(entry, st, secrets)
         if not sample:
             return self._judged(entry, entry.location, st.size, st, None), None
         try:
@@ -136,6 +151,29 @@ class EntryChecker:
         except DurableError as exc:  # this object only, as an OSError was before
             return [f"cannot read: {exc}"], None
         return self._judged(entry, entry.location, n, st, h), n
+
+    def _secret(
+        self, entry: Entry, st: ObjectInfo, secrets: Secrets | None
+    ) -> tuple[list[str], int | None]:
+        """A secret file's object, always read (it is small): opened, then judged as any."""
+        try:
+            with self.store.open(entry.location) as obj:
+                data = obj.file.read()
+        except DurableError as exc:
+            return [f"cannot read: {exc}"], None
+        keys = secrets.keys if secrets is not None else None
+        out = [PLAIN_SECRET] if keys is not None and not sealed_with(entry.extra) else []
+        if sealed_with(entry.extra) or sealed.is_sealed(data):
+            name = secrets.name(entry.path) if secrets is not None else entry.path
+            if keys is None:
+                self.notes.append(f"{entry.path}: sealed, not opened (no key is configured)")
+                return out, len(data)
+            try:
+                data = sealed.unseal(keys, data, name)
+            except sealed.SealError as exc:
+                return [*out, f"{entry.location}: {exc}"], len(data)
+        digest = xxhash.xxh3_64_intdigest(data)
+        return out + self._judged(entry, entry.location, len(data), st, digest), len(data)
 
     def _sqlite(self, entry: Entry) -> tuple[list[str], int | None]:
         """The same check as checkpoint and restore: ``unchecked`` is a note, not a problem."""

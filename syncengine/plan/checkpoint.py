@@ -11,7 +11,7 @@ file's content (a SQLite header) it asks a `Sniffer`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import attrs
@@ -211,6 +211,8 @@ def plan_checkpoint(
     plain_why: str = "quiet",
     missing_dirs: Iterable[str] = (),
     trust_hashes: bool = True,
+    seals: Callable[[str], bool] | None = None,
+    reseal: frozenset[str] = frozenset(),
 ) -> tuple[CheckpointAction, ...]:
     """One action per changed, new, vanished or special path, naming what will be done.
 
@@ -222,12 +224,19 @@ def plan_checkpoint(
     Directories the scan reports are recorded (`RecordDir`), those in
     `missing_dirs` counted absent.  Without `trust_hashes` (the staging marker
     of a killed pass is there) no upload is skipped by its recorded hash.
+    `seals`, `reseal`: secret files (`_sealing`).
     """
+    compact, plain = _not_secret(compact, seals), _not_secret(plain, seals)
     actions: list[CheckpointAction] = []
     changed = set()
     databases: set[str] = set()  # of changed companions
     for seen in sorted(scan.changed):
-        action = _plan_seen(seen, index, logs, sniff, seen.path in compact, trust_hashes)
+        secret = seals is not None and seals(seen.path)
+        action = _plan_seen(
+            seen, index, None if secret else logs, sniff, seen.path in compact, trust_hashes
+        )
+        if secret and isinstance(action, Upload):
+            action = attrs.evolve(action, reason=f"{action.reason}, sealed")
         if isinstance(action, SkipCompanion):
             databases.add(action.database)
         actions.append(action)  # a changed log is not quiet: `plain` is for unchanged ones
@@ -238,6 +247,8 @@ def plan_checkpoint(
     for path in sorted(plain - changed - compact):
         rec = index.get(path)
         actions.append(PlainCopy(path, rec.size if rec else 0, plain_why))
+    missing = tuple(missing)
+    actions.extend(_sealing(reseal - changed - set(missing), index))
     snapshotted = {a.path for a in actions if isinstance(a, Snapshot)}
     actions.extend(
         Snapshot(p, "unlisted database: its WAL or journal changed", listed=False)
@@ -248,6 +259,24 @@ def plan_checkpoint(
     actions.extend(MarkAbsent(p, directory=True) for p in sorted(missing_dirs))
     actions.extend(SkipSpecial(p) for p in sorted(scan.specials))
     return tuple(actions)
+
+
+def _not_secret(paths: frozenset[str], seals: Callable[[str], bool] | None) -> frozenset[str]:
+    """`paths` without the sealed secret files: a secret is never a log (no compaction, no
+    plain copy), it is uploaded whole, sealed (`reseal`)."""
+    return paths if seals is None else frozenset(p for p in paths if not seals(p))
+
+
+def _sealing(reseal: set[str] | frozenset[str], index: Index) -> list[Upload]:
+    """Secret files (docs/SECRETS.md; `seals` says which are sealed) are uploaded whole,
+    never as a log's segments; `reseal` names unchanged ones whose published copy is
+    plain or sealed with an older key: they are uploaded again, sealed."""
+    uploads = []
+    for path in sorted(reseal):
+        rec = index.get(path)
+        why = "published plain or with an older key, sealed"
+        uploads.append(Upload(path, rec.size if rec else 0, why, hash_first=False))
+    return uploads
 
 
 def _plan_dir(path: str, mode: int, index: Index) -> RecordDir | SkipDir:

@@ -2,26 +2,33 @@
 a directory.
 
 Owns the per-entry side of a restore (restore.py plans and runs them).  The
-bytes go (all-zero blocks as holes: `syncengine.fs.sparse`) to a closed temp
-file beside the target and are checked against the manifest's record
-(`recorded.judge`, the rule verify uses too) before anything is placed; only
-then is the temp renamed over the target with the recorded mode (never setuid,
-setgid or sticky: the plan dropped them) and mtime.  A copy that fails the
-check leaves the live path as it was and its temp file is removed.
-Directories are reached through a `DirCache`, never following a symlink, so
-nothing is written outside the live root.  A recorded directory is made there
-too (`make_dir`), owner-only at first, and given its recorded mode by
-descriptor (restore.py decides when).
+bytes go (all-zero blocks as holes: `syncengine.fs.sparse`) to a closed
+temp file beside the target and are checked against the
+manifest's record (`recorded.judge`, the rule verify uses too) before
+anything is placed; only then is the temp renamed over the target with the
+recorded mode (never setuid, setgid or sticky: the plan dropped them) and
+mtime.  A copy that fails the check leaves the live path as it was and its
+temp file is removed.  Directories are reached through a `DirCache`, never
+following a symlink, so nothing is written outside the live root.  A recorded
+directory is made there too (`make_dir`), owner-only at first, and given its
+recorded mode by descriptor (restore.py decides when).  A secret file's object
+(its entry is marked sealed, or it matches the adapter's ``secrets`` and is a
+sealed object) is read whole and opened with the adapter's keys first
+(`syncengine.crypt.sealed`): a missing or wrong key, or an object that fails
+authentication, fails that path alone, before anything is written.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import stat
 
 import attrs
 
+from syncengine.crypt import sealed
+from syncengine.crypt.secrets import Secrets, sealed_with
 from syncengine.durable import chain, chainread, recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import ObjectInfo, Opened, Store
@@ -54,13 +61,20 @@ def local_state(live: DirCache, relpath: str) -> LocalState | None:
 
 
 def fetch_file(
-    action: Fetch, live: DirCache, durable: Store, *, unrecorded: bool
+    action: Fetch,
+    live: DirCache,
+    durable: Store,
+    *,
+    unrecorded: bool,
+    secrets: Secrets | None = None,
 ) -> Done | Vanished:
     """Copy one durable file into place, checked; Vanished: an old-layout file gone since
     the listing (skipped, like rsync's exit 24)."""
     entry = action.entry
     try:
         with durable.open(entry.location) as src:
+            if sealed_with(entry.extra) or (secrets is not None and secrets.secret(entry.path)):
+                src = _unsealed(entry, src, secrets)
             return _place(action, src, live, durable.where(entry.location), unrecorded)
     except FileNotFoundError as exc:  # the durable object (`_place` raises no OSError)
         if action.walked:
@@ -76,6 +90,20 @@ def fetch_file(
             "restore",
             f"listed in the manifest but missing on the durable side ({entry.location})",
         ) from exc
+
+
+def _unsealed(entry: Entry, src: Opened, secrets: Secrets | None) -> Opened:
+    """A secret file's object as its plaintext (a plain one as it is); raise SourceError
+    naming the path and the fix when it cannot be opened."""
+    data = src.file.read()
+    if not sealed_with(entry.extra) and not sealed.is_sealed(data):
+        return Opened(src.info, io.BytesIO(data))
+    name = secrets.name(entry.path) if secrets is not None else entry.path
+    try:
+        plain = sealed.unseal(secrets.keys if secrets is not None else None, data, name)
+    except sealed.SealError as exc:
+        raise SourceError(entry.path, "restore", f"{exc.why}; not restored: {exc.fix}") from None
+    return Opened(src.info, io.BytesIO(plain))
 
 
 def _place(action: Fetch, src: Opened, live: DirCache, where: str, unrecorded: bool) -> Done:

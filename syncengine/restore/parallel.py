@@ -18,6 +18,7 @@ from syncengine.durable.store import Store
 from syncengine.errors import DurableError, SourceError
 from syncengine.fs.safepath import DirCache
 from syncengine.fs.stream import Vanished, in_order
+from syncengine.local.adapter import AdapterState
 from syncengine.plan import Fetch, KeepLocal, MakeLink
 from syncengine.restore.fetch import Done, fetch_file, fetch_log, make_link
 from syncengine.walk import forked
@@ -26,15 +27,21 @@ Outcome = Done | KeepLocal | Vanished | SourceError  # KeepLocal: a log whose ch
 
 
 def execute_all(
-    actions: list[Fetch | MakeLink], live: DirCache, durable: Store, jobs: int, unrecorded: bool
+    actions: list[Fetch | MakeLink],
+    live: DirCache,
+    state: AdapterState,
+    jobs: int,
+    unrecorded: bool,
 ) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
     """Each action's outcome, in order: threads on a mount, processes on a local disk.
 
     On a mount (`jobs` > 1) copies overlap their round trips in threads.  On a
     local disk a restore is Python per file: a large one from the one-shot CLI
     is split into contiguous shares of the (path-sorted) actions, one per
-    core, in forked processes (syncengine.walk.forked).
+    core, in forked processes (syncengine.walk.forked).  A secret file is opened with
+    the adapter's keys (`state.secrets`, `fetch.fetch_file`).
     """
+    durable: Store = state.store
 
     def one(action: Fetch | MakeLink) -> Outcome:
         try:
@@ -42,7 +49,7 @@ def execute_all(
                 return make_link(action.entry, live)
             if action.entry.kind == "segments":
                 return fetch_log(action.entry, live, durable)
-            return fetch_file(action, live, durable, unrecorded=unrecorded)
+            return fetch_file(action, live, durable, unrecorded=unrecorded, secrets=state.secrets)
         except SourceError as exc:
             return exc
 

@@ -201,7 +201,7 @@ def run(
             DirCache(state.live, create=True) as live,
             state.store.batch(),
             _dirs_around(state, dirs, live, made, errors),
-            closing(execute_all(fetches, live, state.store, jobs, unrecorded)) as results,
+            closing(execute_all(fetches, live, state, jobs, unrecorded)) as results,
         ):
             for action, result in results:
                 meter.advance(1, action.entry.size or 0)

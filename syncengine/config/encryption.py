@@ -1,0 +1,51 @@
+"""The encryption settings: where the key comes from, and each adapter's added secrets.
+
+Owns reading the key (docs/SECRETS.md): the file named by ``key_file`` (flag,
+config, or ``$SYNCENGINE_KEY_FILE``), else the key text in
+``$SYNCENGINE_KEY`` (for platforms that inject secrets as variables); never
+the config file's own text.  The key is parsed into a `Keyring` here, so a bad
+or unreadable key is a `ConfigError` before anything runs, and the message
+names the file and the line, never a key (the ``[secrets]`` table, patterns added
+to an adapter's own, is `layers.add_secrets`'s).  Read by
+`syncengine.config.config_from_dict` only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from syncengine.config.layers import Layers
+from syncengine.crypt import sealed
+from syncengine.crypt.keys import KeyTextError, parse
+from syncengine.errors import ConfigError
+
+KEY_ENV = "SYNCENGINE_KEY"
+
+
+def keyring(layers: Layers) -> dict[str, Any]:
+    """`Config`'s ``keys`` and the ``key_file`` they came from (both None: no key)."""
+    key_file = (
+        layers.path("key_file", env_key="SYNCENGINE_KEY_FILE")
+        if layers.has("key_file", "SYNCENGINE_KEY_FILE")
+        else None
+    )
+    if key_file is not None:
+        where = f"{layers.sources['key_file']}: key file {key_file}"
+        try:
+            text = key_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ConfigError(
+                f"{where}: cannot read ({why}): make one with `syncengine keygen > FILE`"
+            ) from None
+    elif layers.env.get(KEY_ENV):
+        where, text = f"env ${KEY_ENV}", layers.env[KEY_ENV]
+        layers.sources["key"] = where
+    else:
+        return {"keys": None, "key_file": None}
+    try:
+        keys = parse(text)
+        sealed.require()
+    except (KeyTextError, ImportError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return {"keys": keys, "key_file": key_file}
