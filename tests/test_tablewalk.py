@@ -8,6 +8,7 @@ they are 2 s old, which is the rule that keeps a same-tick change visible).
 
 from __future__ import annotations
 
+import marshal
 import os
 import random
 import shutil
@@ -21,10 +22,12 @@ from typing import Any
 
 import attrs
 import pytest
+import xxhash
 
 from syncengine import Engine
 from syncengine.durable import manifest
-from syncengine.local.index import Index
+from syncengine.local import dirtable, indexfile
+from syncengine.local.index import Index, file_signature
 from syncengine.walk import tablewalk
 from syncengine.walk.job import ScanResult
 from syncengine.walk.missing import find_missing, missing_among, missing_dirs
@@ -412,3 +415,35 @@ def test_checkpoints_killed_at_random_points_lose_nothing(tree: Tree, cli: Any) 
     cli("checkpoint", check=0)
     durable = files(tree.durable / "state" / "codex" / "memories")
     assert durable == files(live)
+
+
+def test_an_index_and_table_saved_by_an_older_version_still_drive_the_walk(
+    tree: Tree, engine: EngineFactory, listings: list[Any]
+) -> None:
+    """SYNCIDX1 (the records as one dict) and a table without its directory order, as
+    older versions wrote them: an idle pass lists nothing, an appended file is found."""
+    _seed(tree)
+    clock = lambda: time.time_ns() + AHEAD_NS  # noqa: E731
+    Engine(engine(RAW).config, clock=clock, scan_workers=1).checkpoint()
+    idx_path = tree.state / "index" / "t.idx"
+    index = Index.load(idx_path)
+    assert index is not None
+    old = {"records": index.records, "links": index.links, "extras": index.extras}
+    old.update(meta=index.meta, absent=index.absent, dirs=indexfile.pack_dirs(index.dirs))
+    idx_path.write_bytes(b"SYNCIDX1" + marshal.dumps(old))
+    table = tablewalk.table_path(idx_path)
+    saved = marshal.loads(table.read_bytes()[16:])
+    del saved["order"]
+    saved["index_sig"] = list(file_signature(idx_path) or ())
+    payload = marshal.dumps(saved)
+    table.write_bytes(dirtable.MAGIC + xxhash.xxh3_64_digest(payload) + payload)
+    for appended in (False, True):  # idle; one file appended (its directory unchanged)
+        if appended:
+            with open(_live(tree) / "a" / "d" / "f1.jsonl", "a") as f:
+                f.write("appended\n")
+        eng = Engine(engine(RAW).config, clock=clock, scan_workers=1)
+        listings.clear()
+        eng.checkpoint()
+        assert listings == [], "the older table was not used"
+    assert _durable(tree) == _expected(tree)
+    assert idx_path.read_bytes().startswith(b"SYNCIDX2")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import marshal
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -59,9 +61,16 @@ def test_index_round_trip(records: dict[str, tuple[int, int, int, int, int]]) ->
     idx = Index()
     for p, (size, mtime, ctime, h, mode) in records.items():
         idx.record(p, size=size, mtime_ns=mtime, ctime_ns=ctime, hash64=h, mode=mode)
+    idx.record("bad\udcff name", size=1, mtime_ns=2, ctime_ns=3, hash64=4, mode=0o644)
+    idx.mark_absent("bad\udcff name")
+    records.pop("bad\udcff name", None)
     idx.meta["manifest_seq"] = 7
-    back = Index.loads(idx.dumps())
-    assert back.meta == {"manifest_seq": 7}
+    packed = Index.loads(idx.dumps())  # saved again without being unpacked
+    assert len(packed) == len(idx) and packed.present_count() == len(idx) - 1
+    assert packed.packed() == (list(idx.records), b"".join(idx.records.values()))
+    back = Index.loads(packed.dumps())
+    assert list(back.records.items()) == list(idx.records.items())  # the same order
+    assert back.meta == {"manifest_seq": 7} and back.absent == 1
     for p, (size, mtime, ctime, h, mode) in records.items():
         rec = back.get(p)
         assert rec is not None
@@ -127,6 +136,22 @@ def test_an_existing_local_directory_keeps_its_mode(
     assert isinstance(kept, KeepLocal)
     made = plan_restore_entry(entry, None, unsafe=None, known_kinds=frozenset({"dir"}))
     assert isinstance(made, MakeDir) and made.deferred == (durable_mode & 0o700 != 0o700)
+
+
+def test_an_index_saved_by_an_older_version_still_loads(tmp_path: Path) -> None:
+    """SYNCIDX1 (the records as one marshalled dict, and before directories were
+    recorded no "dirs"): read as it was written; saved again, it is SYNCIDX2."""
+    new = Index()
+    new.record("a/b", size=1, mtime_ns=2, ctime_ns=3, hash64=4, mode=0o644)
+    new.record("c", size=5, mtime_ns=6, ctime_ns=7, hash64=8, mode=0o600)
+    payload = {"records": new.records, "links": {}, "extras": {}, "meta": {}, "absent": 0}
+    (tmp_path / "x.idx").write_bytes(b"SYNCIDX1" + marshal.dumps(payload))
+    old = Index.load(tmp_path / "x.idx")
+    assert old is not None and old.records == new.records and old.dirs == {}
+    old.save(tmp_path / "x.idx")
+    assert (tmp_path / "x.idx").read_bytes().startswith(b"SYNCIDX2")
+    again = Index.load(tmp_path / "x.idx")
+    assert again is not None and again.packed() == new.packed()
 
 
 def test_corrupt_index_is_treated_as_missing(tmp_path: object) -> None:

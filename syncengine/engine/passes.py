@@ -75,7 +75,7 @@ class Passes:
                 s.name,
                 os.fspath(s.live),
                 self.ctx.matcher(s.name),
-                s.index.records,
+                s.index.record_view(),
                 self.ctx.skip_dirs(self.config.adapter(s.name)),
                 s.index.dir_view(),
                 recent_ns=recent,
@@ -347,6 +347,8 @@ class Passes:
 
 def _unsettled(index: Index, changed: Sequence[Seen]) -> set[str]:
     """Changed paths the index does not yet hold as settled (dirty, or not recorded)."""
+    if not changed:  # an idle pass: the index's records stay packed
+        return set()
     records = index.records
     return {
         seen.path

@@ -9,9 +9,11 @@ the index's paths, and each is still ``lstat``-ed, which catches every change
 of content.  Listing is skipped, never the per-file check.  On a 100,000-file
 tree that removes a third of an idle pass's system calls.
 
-The table holds no path strings for directories that hold indexed files: their
-order is derived from the index's keys (`derive`), and the table stores one
-8-byte signature per directory in that order (8 MB per million directories).
+The directories that hold indexed files are in the order derived from the
+index's keys (`derive`), and the table stores one 8-byte signature per
+directory in that order (8 MB per million directories), and the order itself
+(their names in one string), so a walk need not derive it again from every key
+(10 ms for 100,000 keys); a table saved without it derives it.
 Directories that hold no indexed file (empty, or only excluded files) are kept
 by name in ``extras``, so a file created in one is still found.
 
@@ -88,6 +90,7 @@ class DirTable:
     extras: dict[str, int] = attrs.field(factory=dict)  # directories holding no indexed path
     unwalked: frozenset[str] = frozenset()  # indexed paths a walk never reports (excluded)
     specials: tuple[str, ...] = ()  # FIFOs, sockets, devices seen when last listed
+    order: list[str] | None = None  # `derive(keys[:nkeys])` as saved (None: derive it)
 
 
 @attrs.define
@@ -150,9 +153,10 @@ def rebase(
         skip, start = set(unwalked), unwalked_upto
     by_dir.update(walk.listed)
     skip.update(k for k in keys[start:] if hidden(k))
-    new = array("Q", (by_dir.pop(d, UNKNOWN) for d in derive(keys)))
+    order = derive(keys)
+    new = array("Q", (by_dir.pop(d, UNKNOWN) for d in order))
     extras = {d: s for d, s in by_dir.items() if s != GONE}
-    return DirTable(index_sig, fp, len(keys), new, extras, frozenset(skip), tuple(specials))
+    return DirTable(index_sig, fp, len(keys), new, extras, frozenset(skip), tuple(specials), order)
 
 
 def _same_keys(
@@ -172,7 +176,9 @@ def _same_keys(
                 extras.pop(d, None)
             else:
                 extras[d] = s
-    return DirTable(index_sig, fp, old.nkeys, sigs, extras, old.unwalked, tuple(specials))
+    return DirTable(
+        index_sig, fp, old.nkeys, sigs, extras, old.unwalked, tuple(specials), walk.order
+    )
 
 
 def load(
@@ -194,6 +200,9 @@ def load(
             return None
         sigs = array("Q")
         sigs.frombytes(p["sigs"])
+        order = p["order"].split("\0") if "order" in p else None  # an older table: derived
+        if order is not None and len(order) != len(sigs):
+            return None
         return DirTable(
             index_sig,
             fp,
@@ -202,6 +211,7 @@ def load(
             p["extras"],
             frozenset(p["unwalked"]),
             tuple(p["specials"]),
+            order,
         )
     except FileNotFoundError:
         return None
@@ -220,6 +230,7 @@ def save(path: str | os.PathLike[str], table: DirTable) -> None:
             "extras": table.extras,
             "unwalked": sorted(table.unwalked),
             "specials": list(table.specials),
+            **({} if table.order is None else {"order": "\0".join(table.order)}),
         }
     )
     savefile.write_file(

@@ -13,19 +13,17 @@ or unreadable the engine rebuilds it from the durable manifest and file hashes.
 Directories are kept apart, in `Index.dirs`: one small int per directory
 (its mode, and the passes it has been missing, `DIR_ABSENT` apiece), never
 among the files' records, so the per-file loops of a walk and the directory
-table's order (derived from the file keys) do not change.  They are saved
-packed (the names in one string, the ints in one array) and unpacked on first
-use: an idle pass, which never looks at a directory's record, does not pay
-for building that dict.  A directory's
-change is seen by the directory table (a chmod moves its ctime), not by a
-signature here.  A path is never both: recording a file, link or database at
+table's order (derived from the file keys) do not change.  Both are saved
+packed (`indexfile`) and become dicts on first use: an idle pass reads the
+files' records in place (`packed`) and never a directory's, so it builds
+neither.  A directory's change is seen by the directory table (a chmod moves
+its ctime), not by a signature here.  A path is never both: recording a file, link or database at
 a path drops the directory recorded there, and a directory is not recorded
 while a record of another kind holds its path (see `record_dir`).
 """
 
 from __future__ import annotations
 
-import marshal
 import operator
 import os
 import struct
@@ -35,8 +33,8 @@ from typing import Any, NamedTuple
 
 from syncengine.errors import local_error
 from syncengine.fs import savefile
+from syncengine.local import indexfile
 
-MAGIC = b"SYNCIDX1"
 RECORD = struct.Struct("<qqqQHBB")
 SIG = struct.Struct("<qqq")
 DIRTY = -1
@@ -53,6 +51,8 @@ signature: Callable[[int, int, int], bytes] = SIG.pack
 unchanged when its raw record ``startswith`` it."""
 absent_passes: Callable[[bytes], int] = operator.itemgetter(-1)
 """A raw record -> the passes its path has been missing (0: present)."""
+ABSENT_BYTE = RECORD.size - 1
+"""Where in a record its absent passes are (what `absent_passes` reads)."""
 _CTIME = slice(16, 24)
 _DIRTY_CTIME = SIG.pack(0, 0, DIRTY)[_CTIME]
 
@@ -80,7 +80,8 @@ class Index:
     """Published state per relative path, plus small side tables."""
 
     def __init__(self) -> None:
-        self.records: dict[str, bytes] = {}
+        self._records: dict[str, bytes] | None = {}  # None: still packed, as loaded
+        self._packed: tuple[list[str], bytes] = ([], b"")
         self.links: dict[str, str] = {}
         self.extras: dict[str, dict[str, Any]] = {}
         self.meta: dict[str, Any] = {}
@@ -92,13 +93,38 @@ class Index:
         self.file_sig: tuple[int, int, int] | None = None  # the index file as last read/written
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self._packed[0]) if self._records is None else len(self._records)
+
+    @property
+    def records(self) -> dict[str, bytes]:
+        """Path -> packed record (`RECORD`), in recording order (unpacked on first use)."""
+        if self._records is None:
+            keys, blob = self._packed
+            n = RECORD.size
+            raws = [blob[i : i + n] for i in range(0, len(blob), n)]
+            self._records = dict(zip(keys, raws, strict=True))
+            self._packed = ([], b"")
+        return self._records
+
+    @records.setter
+    def records(self, value: dict[str, bytes]) -> None:
+        self._records, self._packed = value, ([], b"")
+
+    def packed(self) -> tuple[list[str], bytes]:
+        """(paths, their `RECORD`s end to end in the same order), not unpacking them."""
+        if self._records is None:
+            return self._packed
+        return list(self._records), b"".join(self._records.values())
+
+    def record_view(self) -> Mapping[str, bytes]:
+        """`records` for a walk: unpacked only if the walk looks a path up."""
+        return _RecordView(self)
 
     @property
     def dirs(self) -> dict[str, int]:
         """Directory -> mode | absent passes * DIR_ABSENT (unpacked on first use)."""
         if self._dirs is None:
-            self._dirs = _unpack_dirs(*self._packed_dirs)
+            self._dirs = indexfile.unpack_dirs(*self._packed_dirs)
         return self._dirs
 
     def dir_count(self) -> int:
@@ -253,7 +279,7 @@ class Index:
         self.changed = True
 
     def present_count(self) -> int:
-        return len(self.records) - self.absent
+        return len(self) - self.absent
 
     def items(self) -> Iterator[tuple[str, Record]]:
         for path in self.records:
@@ -268,25 +294,19 @@ class Index:
 
     # -- persistence ----------------------------------------------------
     def dumps(self) -> bytes:
-        dirs = self._packed_dirs if self._dirs is None else _pack_dirs(self._dirs)
-        payload = {
-            "records": self.records,
-            "links": self.links,
-            "extras": self.extras,
-            "meta": self.meta,
-            "absent": self.absent,
-            "dirs": dirs,
-            "dirs_absent": self.dirs_absent,
-        }
-        return MAGIC + marshal.dumps(payload)
+        dirs = self._packed_dirs if self._dirs is None else indexfile.pack_dirs(self._dirs)
+        side = {"links": self.links, "extras": self.extras, "meta": self.meta}
+        side.update(absent=self.absent, dirs=dirs, dirs_absent=self.dirs_absent)
+        return indexfile.encode(*self.packed(), side)
 
     @classmethod
     def loads(cls, data: bytes) -> Index:
-        if not data.startswith(MAGIC):
-            raise ValueError("not a syncengine index")
-        payload = marshal.loads(data[len(MAGIC) :])
+        payload = indexfile.decode(data, RECORD.size)
         idx = cls()
-        idx.records = payload["records"]
+        if "records" in payload:  # saved by an older version
+            idx.records = payload["records"]
+        else:
+            idx._records, idx._packed = None, (payload["keys"], payload["blob"])
         idx.links = payload["links"]
         idx.extras = payload["extras"]
         idx.meta = payload["meta"]
@@ -320,6 +340,34 @@ class Index:
             return None
 
 
+class _RecordView(Mapping[str, bytes]):
+    """`Index.records`, read through: its length and `packed` need no dict."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+
+    def __getitem__(self, path: str) -> bytes:
+        return self.index.records[path]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.index.records)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def packed(records: Mapping[str, bytes]) -> tuple[list[str], bytes]:
+    """(paths, records end to end) of a walk's records: in place for an index's view."""
+    if isinstance(records, _RecordView):
+        return records.index.packed()
+    return list(records), b"".join(records.values())
+
+
+def unpacked(records: Mapping[str, bytes]) -> Mapping[str, bytes]:
+    """The dict behind an index's view (unpacked now), for lookups in a per-file loop."""
+    return records.index.records if isinstance(records, _RecordView) else records
+
+
 class _DirView(Mapping[str, int]):
     """`Index.dirs`, read through: a walk that looks at no directory never unpacks them."""
 
@@ -337,20 +385,6 @@ class _DirView(Mapping[str, int]):
 
     def __len__(self) -> int:
         return self._index.dir_count()
-
-
-def _pack_dirs(dirs: dict[str, int]) -> tuple[bytes, bytes]:
-    """(names joined by NUL, which no name holds; the ints as 32-bit array bytes)."""
-    names = "\0".join(dirs).encode("utf-8", "surrogateescape")
-    return names, array("I", dirs.values()).tobytes()
-
-
-def _unpack_dirs(names: bytes, values: bytes) -> dict[str, int]:
-    ints = array("I")
-    ints.frombytes(values)
-    if not ints:
-        return {}
-    return dict(zip(names.decode("utf-8", "surrogateescape").split("\0"), ints, strict=True))
 
 
 def _sig(st: os.stat_result) -> tuple[int, int, int]:

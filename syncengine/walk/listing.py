@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from syncengine.fs.savefile import TEMP_SUFFIX
 from syncengine.local import dirtable
 from syncengine.local.dirtable import GONE, UNKNOWN
-from syncengine.local.index import DIR_ABSENT, absent_passes, signature
+from syncengine.local.index import DIR_ABSENT, absent_passes, signature, unpacked
 from syncengine.walk import forked
 from syncengine.walk.job import ScanJob, ScanResult, Seen, SeenDir, hidden, new_result
 
@@ -62,7 +62,7 @@ def walk_listing(
     Each directory listed (the root excepted) is compared with its record
     (`_compare_dir`).
     """
-    root, records, skip = job.root, job.records, job.skip_dirs
+    root, records, skip = job.root, unpacked(job.records), job.skip_dirs
     sigs = out.walk.listed if out.walk is not None else None
     recent = job.recent_ns or 0
     excluded = job.matcher.excluded if job.matcher else None

@@ -101,6 +101,8 @@ def missing_among(state: AdapterState, gone: Sequence[str]) -> list[str]:
     or moved away: the published paths under it are missing too (one pass over
     the index, only in that case).
     """
+    if not gone:  # an idle pass: the index's records stay packed
+        return []
     records = state.index.records
     out = [p for p in gone if p in records and absent_passes(records[p]) < _ABSENT_CAP]
     prefixes = tuple(p + "/" for p in gone if p not in records)

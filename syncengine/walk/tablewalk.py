@@ -39,12 +39,20 @@ import attrs
 
 from syncengine.local import dirtable
 from syncengine.local.dirtable import GONE, UNKNOWN, DirTable, DirWalk
-from syncengine.local.index import DIR_ABSENT, Index, absent_passes, signature
+from syncengine.local.index import (
+    ABSENT_BYTE,
+    DIR_ABSENT,
+    RECORD,
+    Index,
+    absent_passes,
+    packed,
+    signature,
+)
 from syncengine.walk import forked
 from syncengine.walk.job import Lister, ScanJob, ScanResult, Seen, entered, reported
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-_Prep = tuple[ScanJob, list[str], list[str], list[bytes]]
+_Prep = tuple[ScanJob, list[str], list[str], bytes]
 
 
 def scan(
@@ -61,15 +69,17 @@ def scan(
         if not os.path.isdir(job.root):
             res.exists = False
             continue
-        keys = list(job.records)
-        order = dirtable.derive(keys)
+        keys, blob = packed(job.records)  # an index's records, read in place
+        order = job.table.order
+        if order is None:  # a table saved without its order
+            order = dirtable.derive(keys)
         if len(order) != len(job.table.sigs):  # not the table of these keys: list everything
             unfit.append(attrs.evolve(job, table=None))
             continue
         res.walk = DirWalk(order=order)
         res.gone = []
         res.dirs_gone = []
-        preps.append((job, order, keys, list(job.records.values())))
+        preps.append((job, order, keys, blob))
     if not preps:
         return unfit
     shares = [[(p, w) for p in range(len(preps))] for w in range(workers)]
@@ -96,7 +106,7 @@ def _slice(n: int, w: int, workers: int) -> range:
 
 
 def _walk_share(prep: _Prep, w: int, workers: int, out: ScanResult, lister: Lister) -> None:
-    job, order, keys, vals = prep
+    job, order, keys, blob = prep
     assert job.table is not None and out.walk is not None
     try:
         rfd = os.open(job.root, _DIR_FLAGS)
@@ -114,7 +124,7 @@ def _walk_share(prep: _Prep, w: int, workers: int, out: ScanResult, lister: List
             known.update(job.table.extras)
             for d in relist:
                 lister(job, d, out, skip_known=known)
-        _check_keys(job, keys, vals, _slice(len(keys), w, workers), rfd, out)
+        _check_keys(job, keys, blob, _slice(len(keys), w, workers), rfd, out)
     finally:
         os.close(rfd)
 
@@ -179,25 +189,27 @@ def _dir_sig(job: ScanJob, d: str, rfd: int, out: ScanResult) -> tuple[int | Non
 
 
 def _check_keys(
-    job: ScanJob, keys: list[str], vals: list[bytes], span: range, rfd: int, out: ScanResult
+    job: ScanJob, keys: list[str], blob: bytes, span: range, rfd: int, out: ScanResult
 ) -> None:
     """One ``lstat`` per indexed path in `span`, relative to the root.
 
-    The hot loop of an idle pass: local names only.  A path recorded as
-    absent is reported in ``gone`` again (the engine counts its absences).
+    The hot loop of an idle pass: local names only; path ``j``'s record is
+    ``blob[j * RECORD.size:]``, compared in place (`Index.packed`).  A path
+    recorded as absent is reported in ``gone`` again (the engine counts its
+    absences).
     """
     assert job.table is not None and out.gone is not None
     unwalked = job.table.unwalked
     pack, lstat, changed, gone = signature, os.stat, out.changed, out.gone
-    absent = absent_passes
+    size, last = RECORD.size, ABSENT_BYTE
     is_reg, is_lnk = stat.S_ISREG, stat.S_ISLNK
     seen = 0
     for j in span:
         k = keys[j]
         if unwalked and k in unwalked:
             continue
-        raw = vals[j]
-        if absent(raw):
+        at = j * size
+        if blob[at + last]:
             gone.append(k)
             continue
         try:
@@ -214,7 +226,7 @@ def _check_keys(
                 gone.append(k)  # a directory now: its parent is listed again
             continue  # a special file now: the listing of its directory reports it
         seen += 1
-        if raw.startswith(pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns)):
+        if blob.startswith(pack(st.st_size, st.st_mtime_ns, st.st_ctime_ns), at):
             continue
         changed.append(Seen(k, mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     out.seen += seen
@@ -272,7 +284,7 @@ def load_table(index_path: Path, job: ScanJob, index: Index) -> DirTable | None:
     if index.changed or index.file_sig is None:
         return None
     table = dirtable.load(table_path(index_path), index.file_sig, _fingerprint(job))
-    if table is None or table.nkeys != len(index.records):
+    if table is None or table.nkeys != len(index):
         return None
     return table
 
@@ -297,12 +309,7 @@ def keep_table(
         return not reported(job, rel)
 
     if walk is None:  # a pass driven by watcher hints (the daemon)
-        if (
-            old is None
-            or old.index_sig == index.file_sig
-            or len(index.records) != old.nkeys
-            or result.dirs
-        ):
+        if old is None or old.index_sig == index.file_sig or len(index) != old.nkeys or result.dirs:
             # New paths (or directories recorded: one not in the table would never be
             # looked at again): let the table go stale rather than derive every directory
             # on each small pass; the daemon's next full walk lists everything once.
@@ -357,9 +364,8 @@ def _relist_unrecorded(index: Index, result: ScanResult, walk: DirWalk) -> None:
     directory: mark that directory UNKNOWN.  Indexed paths are lstat-ed every pass.
     A directory the pass did not record (see `plan.SkipDir`) is marked UNKNOWN itself,
     so it is listed and compared again."""
-    records = index.records
-    for seen in result.changed:
-        raw = records.get(seen.path)
+    for seen in result.changed:  # none in an idle pass: the records stay packed
+        raw = index.records.get(seen.path)
         if raw is None or absent_passes(raw):
             walk.listed[seen.path.rpartition("/")[0]] = UNKNOWN
     for path, _ in result.errors:
