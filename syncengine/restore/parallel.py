@@ -20,13 +20,19 @@ from syncengine.fs.safepath import DirCache
 from syncengine.fs.stream import Vanished, in_order
 from syncengine.plan import Fetch, KeepLocal, MakeLink
 from syncengine.restore.fetch import Done, fetch_file, fetch_log, make_link
+from syncengine.restore.packed import PackedFetch
 from syncengine.walk import forked
 
 Outcome = Done | KeepLocal | Vanished | SourceError  # KeepLocal: a log whose chain is not newer
 
 
 def execute_all(
-    actions: list[Fetch | MakeLink], live: DirCache, durable: Store, jobs: int, unrecorded: bool
+    actions: list[Fetch | MakeLink],
+    live: DirCache,
+    durable: Store,
+    jobs: int,
+    unrecorded: bool,
+    packed: PackedFetch | None = None,
 ) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
     """Each action's outcome, in order: threads on a mount, processes on a local disk.
 
@@ -42,7 +48,7 @@ def execute_all(
                 return make_link(action.entry, live)
             if action.entry.kind == "segments":
                 return fetch_log(action.entry, live, durable)
-            return fetch_file(action, live, durable, unrecorded=unrecorded)
+            return fetch_file(action, live, durable, unrecorded=unrecorded, packed=packed)
         except SourceError as exc:
             return exc
 
