@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from pathlib import Path
 
 import pytest
 
@@ -187,7 +186,7 @@ def test_only_files_old_enough_that_may_pack_allows_are_packed(tree: Tree) -> No
     assert "big.bin" not in paths
 
 
-def test_layout_of_an_index(tmp_path: Path) -> None:
+def test_layout_of_an_index() -> None:
     """The index round-trips and a cut one is refused."""
     recs = [packs.Record("a/b", 0, 3, 0o644, 5, 7), packs.Record("c", 3, 2, 0o600, 6, 8)]
     data = packs.encode_index("p1", 5, recs, 1)
