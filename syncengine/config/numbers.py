@@ -27,6 +27,10 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "confirm_timeout": (0.0, 3600.0, False),
     "lease_seconds": (1.0, 86400.0, False),
     "lease_wait": (0.0, 86400.0, False),
+    "pack_after_seconds": (0.0, math.inf, False),
+    "pack_bytes": (1 << 16, 1 << 32, True),  # 64 KiB to 4 GiB
+    "pack_max_file_bytes": (1, 1 << 30, True),
+    "pack_min_files": (0, 1 << 30, True),  # 0: never pack
 }
 
 

@@ -16,7 +16,18 @@ from syncengine.config.layers import Layers
 from syncengine.config.numbers import check_number
 from syncengine.errors import ConfigError
 
-GC_KEYS = frozenset({"absent_passes", "grace_seconds", "min_present_ratio", "staging_seconds"})
+GC_KEYS = frozenset(
+    {
+        "absent_passes",
+        "grace_seconds",
+        "min_present_ratio",
+        "staging_seconds",
+        "pack_after_seconds",
+        "pack_bytes",
+        "pack_max_file_bytes",
+        "pack_min_files",
+    }
+)
 DEFAULT_LEASE_SECONDS = 60.0  # a holder that stops renewing loses the durable root after this
 DEFAULT_LEASE_WAIT = 90.0  # a new instance waits this long for another holder's lease
 
@@ -29,6 +40,11 @@ class GcConfig:
     grace_seconds: float = 604800.0  # then this long (7 days) before gc --apply deletes it
     min_present_ratio: float = 0.5  # refuse when fewer manifest paths than this exist locally
     staging_seconds: float = 3600.0  # staging temp files older than this are leftovers
+    # Packs (syncengine.ops.packer): small files unchanged this long go into pack objects
+    pack_after_seconds: float = 3600.0
+    pack_bytes: int = 8 << 20  # a pack's size, about
+    pack_max_file_bytes: int = 1 << 20  # larger files are never packed
+    pack_min_files: int = 256  # pack only when at least this many qualify (0: never)
 
 
 def require_mount(layers: Layers) -> bool:
@@ -114,4 +130,7 @@ def gc_config(table: Any, origin: str) -> GcConfig:
     values: dict[str, Any] = {
         key: check_number(f"{origin}: [gc]", key, value) for key, value in table.items()
     }
+    for key in ("pack_bytes", "pack_max_file_bytes", "pack_min_files"):
+        if key in values:
+            values[key] = int(values[key])
     return GcConfig(**values)

@@ -340,7 +340,7 @@ class Engine:
         self.durable.check()
         return gc_.run(
             self.config.select(adapters),
-            self.adapter_state,
+            self.passes.writable_state,
             self.config.gc,
             self.config.state_dir,
             clock=self.clock,

@@ -262,6 +262,13 @@ class Passes:
             )
         self._recheck[state.name] = _unsettled(state.index, result.changed)
 
+    def writable_state(self, spec: AdapterSpec) -> AdapterState:
+        """One adapter's state whose store takes the lease and is probed just before its
+        first write (gc: a new base and packs publish the way the mount supports)."""
+        state = self.adapters.adapter_state(spec, seed=True)
+        state.store.before_first_write(functools.partial(self.prepare_store, state.store))
+        return state
+
     def plain_phase(self, rep: AdapterReport, started: int, dry_run: bool) -> AdapterReport:
         """After a final checkpoint: publish each log whose plain copy is behind its chain
         whole at its plain path (segments.py), as a pass of its own."""

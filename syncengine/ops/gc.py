@@ -18,8 +18,11 @@ as the file: that file is gone).  Also removed: staging temp files older than
 ``staging_seconds``, manifest objects older than the newest readable base,
 and segment chains and file versions (`.syncengine/objects/`, a mount without
 rename; the plain copies of secret files sealed since) no manifest entry names,
-once older than the grace period.  SQLite snapshots are replaced in place (one
-name per database), so none are superseded.  A recorded directory removed locally is tombstoned the
+once older than the grace period.  Packing small files that stopped changing,
+and collecting old packs, is `syncengine.ops.packer`'s; its actions join the plan
+(new packs are written before anything is deleted).  SQLite snapshots are
+replaced in place (one name per database), so none are superseded.  A recorded
+directory removed locally is tombstoned the
 same way; only its manifest entry goes (nothing durable holds it).
 
 Refuses (exit 1, with the reason) while the last restore is incomplete, and
@@ -42,6 +45,7 @@ import attrs
 
 from syncengine.checkpoint import checkpointer, segments
 from syncengine.config import AdapterSpec, GcConfig
+from syncengine.crypt import secrets as secret_rules
 from syncengine.durable import manifest
 from syncengine.durable.store import MANIFEST_DIR, OBJECTS_DIR, STAGING_DIR
 from syncengine.errors import DurableError, LockBusy
@@ -49,7 +53,9 @@ from syncengine.fs.savefile import TEMP_SUFFIX
 from syncengine.local.index import ABSENT_SINCE
 from syncengine.local.lock import StateLock
 from syncengine.local.status import restore_refusal
+from syncengine.ops import packer
 from syncengine.ops.gcplan import FENCED, DeleteObjects, DeletePath, Facts, GcAction, plan, refusal
+from syncengine.ops.packer import PackFiles
 
 if TYPE_CHECKING:
     from syncengine.local.adapter import AdapterState
@@ -190,10 +196,13 @@ def _exists_locally(state: AdapterState, path: str, kind: str) -> bool:
 
 
 def execute(
-    state: AdapterState, facts: Facts, actions: Sequence[GcAction], now_ns: int
+    state: AdapterState, facts: Facts, actions: Sequence[GcAction | PackFiles], now_ns: int
 ) -> AdapterGc:
-    """Carry out a plan under the state lock: new base first, then deletions."""
+    """Carry out a plan under the state lock: new packs and base first, then deletions."""
     store = state.store
+    for action in actions:
+        if isinstance(action, PackFiles):
+            packer.write(store, action, now_ns)
     tombs = [a for a in actions if isinstance(a, DeletePath)]
     kept = tuple(
         a.path for a in tombs if _exists_locally(state, a.path, facts.entries[a.path].kind)
@@ -281,9 +290,11 @@ def run(
     *,
     clock: Callable[[], int],
     apply: bool,
+    may_pack: Callable[[str], bool] = lambda _path: True,
 ) -> GcReport:
     """Plan gc for each adapter (its store and index from `adapter_state`); with `apply`,
-    execute it under the state lock."""
+    execute it under the state lock.  `may_pack(path)`: whether a file may go into a
+    pack (packer.py; a secret file must not)."""
     why = restore_refusal(state_dir)
     if why:
         return GcReport((), apply, refused=why)
@@ -295,7 +306,8 @@ def run(
             return GcReport((), apply, refused="a checkpoint or restore is running: try again")
     try:
         return GcReport(
-            tuple(_one(spec, adapter_state, cfg, clock, apply) for spec in specs), apply
+            tuple(_one(spec, adapter_state, cfg, clock, apply, may_pack) for spec in specs),
+            apply,
         )
     finally:
         lock.release()
@@ -307,6 +319,7 @@ def _one(
     cfg: GcConfig,
     clock: Callable[[], int],
     apply: bool,
+    may_pack: Callable[[str], bool],
 ) -> AdapterGc:
     now = clock()
     try:
@@ -317,12 +330,18 @@ def _one(
         why = refusal(facts, cfg)
         if why:
             return AdapterGc(spec.name, refused=why)
-        actions = plan(facts, cfg, now)
+        entries, secrets = facts.entries, state.secrets
+
+        def packable(path: str) -> bool:  # never a secret file, sealed or plain (crypt/)
+            return may_pack(path) and secret_rules.may_pack(path, entries[path].extra, secrets)
+
+        packing = packer.plan(packer.gather(state.store), entries, cfg, now, packable)
+        actions = (*plan(facts, cfg, now), *packing)
         if apply:
             return execute(state, facts, actions, now)
     except DurableError as exc:
         return AdapterGc(spec.name, fatal=str(exc))
-    deletions = [a for a in actions if isinstance(a, (DeletePath, DeleteObjects))]
+    deletions = [a for a in actions if isinstance(a, DeletePath | DeleteObjects)]
     return AdapterGc(
         spec.name,
         tuple(map(str, actions)),

@@ -25,6 +25,7 @@ checked in sorted order, the problems so far) is saved in
 ``<state_dir>/verify/<adapter>.json`` every few hundred entries and when a
 run stops at its `limit`; the next run continues after that path unless the
 manifest changed or `restart` is asked.  A finished adapter removes its file.
+Packs are checked once a run completes (`syncengine.ops.verifypacks`).
 It never writes to the durable side and does not take the state lock.
 Checking one entry is `syncengine.ops.verifyentry`'s.
 """
@@ -49,6 +50,7 @@ from syncengine.fs import savefile
 from syncengine.local import behind
 from syncengine.local.index import Index
 from syncengine.local.status import index_path, staging_marker
+from syncengine.ops import verifypacks
 from syncengine.ops.verifyentry import EntryChecker, Unrecorded
 from syncengine.progress import SILENT, Progress, Reporter
 
@@ -241,6 +243,7 @@ def verify_adapter(
     unlisted: tuple[str, ...] = ()
     if complete:
         unlisted = tuple(unlisted_files(store, [*state.entries.values(), *state.invalid.values()]))
+        problems += [Problem(name, key, what) for key, what in verifypacks.check(store, notes)]
         if unlisted and not state.last_seq:
             notes.append("no manifest yet (old layout): files stay unlisted until a checkpoint")
         progress_path.unlink(missing_ok=True)

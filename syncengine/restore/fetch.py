@@ -2,9 +2,10 @@
 a directory.
 
 Owns the per-entry side of a restore (restore.py plans and runs them).  The
-bytes go (all-zero blocks as holes: `syncengine.fs.sparse`) to a closed
-temp file beside the target and are checked against the
-manifest's record (`recorded.judge`, the rule verify uses too) before
+bytes (from the plain object, or from a pack when restore/packed.py has them;
+all-zero blocks as holes: `syncengine.fs.sparse`) go to a closed temp file
+beside the target and are checked against the manifest's record
+(`recorded.judge`, the rule verify uses too) before
 anything is placed; only then is the temp renamed over the target with the
 recorded mode (never setuid, setgid or sticky: the plan dropped them) and
 mtime.  A copy that fails the check leaves the live path as it was and its
@@ -37,6 +38,7 @@ from syncengine.fs import savefile, sparse
 from syncengine.fs.safepath import DirCache, UnsafePath
 from syncengine.fs.stream import Vanished, link_hash, stream
 from syncengine.plan import Fetch, KeepLocal, LocalState, keep_reason
+from syncengine.restore.packed import PackedFetch
 
 log = logging.getLogger("syncengine")
 Done = tuple[Entry, os.stat_result, int]  # what was placed, its stat, its hash
@@ -67,10 +69,16 @@ def fetch_file(
     *,
     unrecorded: bool,
     secrets: Secrets | None = None,
+    packed: PackedFetch | None = None,
 ) -> Done | Vanished:
     """Copy one durable file into place, checked; Vanished: an old-layout file gone since
-    the listing (skipped, like rsync's exit 24)."""
+    the listing (skipped, like rsync's exit 24).  `packed`: its bytes from a pack, already
+    checked against the entry (restore/packed.py), or None: the plain object is read."""
     entry = action.entry
+    data = packed(entry) if packed is not None else None
+    if data is not None:
+        info = ObjectInfo(entry.location, len(data), entry.mtime_ns, entry.mode)
+        return _place(action, Opened(info, io.BytesIO(data)), live, entry.location, unrecorded)
     try:
         with durable.open(entry.location) as src:
             if sealed_with(entry.extra) or (secrets is not None and secrets.secret(entry.path)):

@@ -21,6 +21,7 @@ from syncengine.fs.stream import Vanished, in_order
 from syncengine.local.adapter import AdapterState
 from syncengine.plan import Fetch, KeepLocal, MakeLink
 from syncengine.restore.fetch import Done, fetch_file, fetch_log, make_link
+from syncengine.restore.packed import PackedFetch
 from syncengine.walk import forked
 
 Outcome = Done | KeepLocal | Vanished | SourceError  # KeepLocal: a log whose chain is not newer
@@ -32,6 +33,7 @@ def execute_all(
     state: AdapterState,
     jobs: int,
     unrecorded: bool,
+    packed: PackedFetch | None = None,
 ) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
     """Each action's outcome, in order: threads on a mount, processes on a local disk.
 
@@ -49,7 +51,9 @@ def execute_all(
                 return make_link(action.entry, live)
             if action.entry.kind == "segments":
                 return fetch_log(action.entry, live, durable)
-            return fetch_file(action, live, durable, unrecorded=unrecorded, secrets=state.secrets)
+            return fetch_file(
+                action, live, durable, unrecorded=unrecorded, secrets=state.secrets, packed=packed
+            )
         except SourceError as exc:
             return exc
 

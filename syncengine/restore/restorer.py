@@ -4,14 +4,14 @@ Owns reading the durable side's list of entries (the manifest; a walk of the
 tree only for state written by the old rsync layout, which has none) and
 carrying out the restore plan: missing or older local files are copied in as
 closed temp files renamed into place, with their recorded mode and mtime
-(fetch.py places each one, parallel.py runs them in threads or forked
-processes); newer local files are kept (a hot restart);
-nothing is ever written outside the live root.  A restore reports success only
-when it can vouch for the result: an unreadable manifest object (manifest.py),
-an invalid entry, a copy that differs from its record and is not a newer
-complete version (recorded.py), a database it cannot validate, each makes it
-incomplete.  Afterwards the index knows every restored file, so the next
-checkpoint uploads only what differs.
+(fetch.py places each one, parallel.py runs them in threads or forked processes,
+packed.py reads packed small files a span of a pack at a time); newer local files
+are kept (a hot restart); nothing is ever written outside the live root.  A
+restore reports success only when it can vouch for the result: an unreadable
+manifest object (manifest.py), an invalid entry, a copy that differs from its
+record and is not a newer complete version (recorded.py), a database it cannot
+validate, each makes it incomplete.  Afterwards the index knows every restored
+file, so the next checkpoint uploads only what differs.
 
 Directories recorded in the manifest (``dir`` entries, empty or not) that are
 missing locally are made first, with their recorded mode, except a mode that
@@ -56,7 +56,7 @@ from syncengine.plan import (
 )
 from syncengine.progress import SILENT, Reporter
 from syncengine.report import AdapterReport, PathError
-from syncengine.restore import openfiles
+from syncengine.restore import openfiles, packed
 from syncengine.restore import sqlite as sqlite_restore
 from syncengine.restore.fetch import Done, local_state, make_dir
 from syncengine.restore.parallel import Outcome, execute_all
@@ -169,12 +169,8 @@ def _is_empty(path: str) -> bool:
 
 
 def _parent_is_entry(path: str, paths: set[str]) -> bool:
-    parent = path.rpartition("/")[0]
-    while parent:
-        if parent in paths:
-            return True
-        parent = parent.rpartition("/")[0]
-    return False
+    parts = path.split("/")
+    return any("/".join(parts[:i]) in paths for i in range(1, len(parts)))
 
 
 def run(
@@ -193,6 +189,7 @@ def run(
     unrecorded = recorded.unrecorded_possible(
         state.staging_marker, lambda: index.meta, int(index.meta.get("manifest_seq", 0))
     )
+    packs = packed.reader(state.store, [a.entry for a in fetches if isinstance(a, Fetch)])
     meter = progress.start(
         "restore", state.name, len(fetches), sum(a.entry.size or 0 for a in fetches)
     )
@@ -201,7 +198,7 @@ def run(
             DirCache(state.live, create=True) as live,
             state.store.batch(),
             _dirs_around(state, dirs, live, made, errors),
-            closing(execute_all(fetches, live, state, jobs, unrecorded)) as results,
+            closing(execute_all(fetches, live, state, jobs, unrecorded, packs)) as results,
         ):
             for action, result in results:
                 meter.advance(1, action.entry.size or 0)
