@@ -77,6 +77,8 @@ TOP_KEYS = frozenset(
         "lease_wait",
         "lease_lost",
         "metrics_address",
+        "restore",
+        "restore_order",
     }
 )
 DEFAULT_INTERVAL = 15.0
@@ -113,6 +115,7 @@ class Config:
     lease_wait: float = DEFAULT_LEASE_WAIT
     lease_lost: str = "stop"  # run, once fenced: "stop" COMMAND and exit 76, or "keep" it
     metrics_address: str | None = None  # run: serve Prometheus metrics on HOST:PORT
+    restore: str = "background"  # run: "background" (first set, COMMAND, the rest) or "all-first"
 
     @property
     def durable_id(self) -> str:
@@ -233,11 +236,11 @@ def config_from_dict(
     home = _home(layers, s3) if layers.has("home", "HOME") else None
     require_mount = sections.require_mount(layers)
     specs = adapter_specs(layers, builtin_adapters(), local_root, durable_root)
+    specs = sections.restore_order(layers, specs)
     check_overlaps(specs, state_dir)
     gc = sections.gc_config(raw.get("gc", {}), origin)
     write_back, rclone_rc = sections.write_back(layers)
     confirm = layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)
-    metrics_address = sections.metrics_address(layers)
     return Config(
         local_root=local_root,
         durable_root=durable_root,
@@ -257,8 +260,8 @@ def config_from_dict(
         home=home,
         plain_after=float(plain_after),
         s3=s3,
-        metrics_address=metrics_address,
-        **sections.lease(layers),
+        metrics_address=sections.metrics_address(layers),
+        **sections.run_keys(layers),
     )
 
 

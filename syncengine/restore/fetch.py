@@ -10,7 +10,10 @@ mtime.  A copy that fails the check leaves the live path as it was and its
 temp file is removed.  Directories are reached through a `DirCache`, never
 following a symlink, so nothing is written outside the live root.  A recorded
 directory is made there too (`make_dir`), owner-only at first, and given its
-recorded mode by descriptor (restore.py decides when).
+recorded mode by descriptor (restore.py decides when).  With `new_only` (the
+background part of `run`'s restore, restore/later.py) a file is placed only
+where no file has appeared since the plan (`Staged.publish_absent`): a file
+the agent wrote meanwhile wins, and the outcome is `KeepLocal(WRITTEN)`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from syncengine.plan import Fetch, KeepLocal, LocalState, keep_reason
 
 log = logging.getLogger("syncengine")
 Done = tuple[Entry, os.stat_result, int]  # what was placed, its stat, its hash
+WRITTEN = "written locally during the background restore; the local file is kept"
 
 
 def local_state(live: DirCache, relpath: str) -> LocalState | None:
@@ -53,14 +57,14 @@ def local_state(live: DirCache, relpath: str) -> LocalState | None:
 
 
 def fetch_file(
-    action: Fetch, live: DirCache, durable: Store, *, unrecorded: bool
-) -> Done | Vanished:
+    action: Fetch, live: DirCache, durable: Store, *, unrecorded: bool, new_only: bool = False
+) -> Done | Vanished | KeepLocal:
     """Copy one durable file into place, checked; Vanished: an old-layout file gone since
     the listing (skipped, like rsync's exit 24)."""
     entry = action.entry
     try:
         with durable.open(entry.location) as src:
-            return _place(action, src, live, durable.where(entry.location), unrecorded)
+            return _place(action, src, live, durable.where(entry.location), unrecorded, new_only)
     except FileNotFoundError as exc:  # the durable object (`_place` raises no OSError)
         if action.walked:
             log.info(
@@ -77,7 +81,9 @@ def fetch_file(
         ) from exc
 
 
-def _place(action: Fetch, src: Opened, live: DirCache, where: str, unrecorded: bool) -> Done:
+def _place(
+    action: Fetch, src: Opened, live: DirCache, where: str, unrecorded: bool, new_only: bool
+) -> Done | KeepLocal:
     entry = action.entry
     try:
         if src.info.kind != "file":
@@ -94,11 +100,20 @@ def _place(action: Fetch, src: Opened, live: DirCache, where: str, unrecorded: b
                 raise SourceError(entry.path, "write", str(exc)) from exc
             placed = entry if action.walked else _checked(entry, n, src.info, h, unrecorded)
             tmp.close(mode=entry.mode, mtime_ns=placed.mtime_ns)
-            tmp.publish(name, target_dir_fd=dir_fd)
+            _publish(tmp, name, dir_fd, new_only)
             after = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        return KeepLocal(entry, WRITTEN)
     except OSError as exc:
         raise source_error("restore", entry.path, exc) from exc
     return placed, after, h
+
+
+def _publish(tmp: savefile.Staged, name: str, dir_fd: int, new_only: bool) -> None:
+    if new_only:
+        tmp.publish_absent(name, target_dir_fd=dir_fd)
+    else:
+        tmp.publish(name, target_dir_fd=dir_fd)
 
 
 def _checked(entry: Entry, size: int, st: ObjectInfo, digest: int, unrecorded: bool) -> Entry:
@@ -123,7 +138,9 @@ def _checked(entry: Entry, size: int, st: ObjectInfo, digest: int, unrecorded: b
     return attrs.evolve(entry, size=size, mtime_ns=st.mtime_ns, hash=digest)
 
 
-def fetch_log(entry: Entry, live: DirCache, durable: Store) -> Done | KeepLocal:
+def fetch_log(
+    entry: Entry, live: DirCache, durable: Store, *, new_only: bool = False
+) -> Done | KeepLocal:
     """Rebuild an append-only log from its chain, listed here (in the copy pool, so the
     listings of many logs overlap on a slow mount), and from its plain copy where that
     extends the chain (chain.py).
@@ -168,10 +185,12 @@ def fetch_log(entry: Entry, live: DirCache, durable: Store) -> Done | KeepLocal:
                 if keep is not None:
                     return keep
             tmp.close(mode=entry.mode, mtime_ns=rebuilt.mtime_ns)
-            tmp.publish(name, target_dir_fd=dir_fd)
+            _publish(tmp, name, dir_fd, new_only)
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except UnsafePath:
         raise
+    except FileExistsError:
+        return KeepLocal(entry, WRITTEN)
     except OSError as exc:
         raise source_error("restore", entry.path, exc) from exc
     return rebuilt, st, h

@@ -26,14 +26,20 @@ Outcome = Done | KeepLocal | Vanished | SourceError  # KeepLocal: a log whose ch
 
 
 def execute_all(
-    actions: list[Fetch | MakeLink], live: DirCache, durable: Store, jobs: int, unrecorded: bool
+    actions: list[Fetch | MakeLink],
+    live: DirCache,
+    durable: Store,
+    jobs: int,
+    unrecorded: bool,
+    new_only: bool = False,
 ) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
     """Each action's outcome, in order: threads on a mount, processes on a local disk.
 
     On a mount (`jobs` > 1) copies overlap their round trips in threads.  On a
     local disk a restore is Python per file: a large one from the one-shot CLI
     is split into contiguous shares of the (path-sorted) actions, one per
-    core, in forked processes (syncengine.walk.forked).
+    core, in forked processes (syncengine.walk.forked).  `new_only`: place files only
+    where none has appeared since the plan (the background part, fetch.py).
     """
 
     def one(action: Fetch | MakeLink) -> Outcome:
@@ -41,8 +47,8 @@ def execute_all(
             if isinstance(action, MakeLink):
                 return make_link(action.entry, live)
             if action.entry.kind == "segments":
-                return fetch_log(action.entry, live, durable)
-            return fetch_file(action, live, durable, unrecorded=unrecorded)
+                return fetch_log(action.entry, live, durable, new_only=new_only)
+            return fetch_file(action, live, durable, unrecorded=unrecorded, new_only=new_only)
         except SourceError as exc:
             return exc
 
