@@ -241,6 +241,7 @@ def config_from_dict(
     gc = sections.gc_config(raw.get("gc", {}), origin)
     write_back, rclone_rc = sections.write_back(layers)
     confirm = layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)
+    run_keys = sections.run_keys(layers)  # before the sources are copied: they name a layer
     return Config(
         local_root=local_root,
         durable_root=durable_root,
@@ -260,8 +261,7 @@ def config_from_dict(
         home=home,
         plain_after=float(plain_after),
         s3=s3,
-        metrics_address=sections.metrics_address(layers),
-        **sections.run_keys(layers),
+        **run_keys,
     )
 
 

@@ -125,8 +125,12 @@ ORDER_KEYS = ("first", "newest", "newest_count")
 
 
 def run_keys(layers: Layers) -> dict[str, Any]:
-    """The keys of a long-running engine (`run`): the lease's and `restore`."""
-    return {**lease(layers), "restore": restore_mode(layers)}
+    """The keys of a long-running engine (`run`): the lease's, `metrics_address`, `restore`."""
+    return {
+        **lease(layers),
+        "metrics_address": metrics_address(layers),
+        "restore": restore_mode(layers),
+    }
 
 
 def restore_mode(layers: Layers) -> str:

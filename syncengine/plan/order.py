@@ -73,7 +73,11 @@ def _newest_first(action: Fetch) -> tuple[int, str]:
 def split(
     actions: Sequence[RestoreAction], order: Order
 ) -> tuple[list[RestoreAction], list[Fetch]]:
-    """(now, later): the first set in plan order, the rest newest first."""
+    """(now, later): the first set in plan order, the rest newest first.  An adapter that
+    declares no pattern at all (an [[adapter]] written before the order existed) is
+    restored whole first, as before."""
+    if not order.first and not order.newest:
+        return list(actions), []
     first = PathSet.of(order.first)
     closed = tuple(a.entry.path + "/" for a in actions if isinstance(a, MakeDir) and a.deferred)
     movable = [
