@@ -159,6 +159,25 @@ def test_checkpoints_and_gc_during_the_background_part_lose_nothing(
     )
 
 
+@pytest.mark.dir_only(reason="the state dir's index, not the durable kind, is the point")
+def test_a_kept_state_dir_does_not_hide_the_files_still_to_come(
+    tree: Tree, engine: EngineFactory
+) -> None:
+    """The index still holds every file clean (a state dir outside the wiped live tree):
+    the background part restores them all the same."""
+    _make(tree)
+    eng = engine(RAW)
+    assert eng.checkpoint().ok
+    eng.close()
+    shutil.rmtree(tree.local / "x")
+    eng = engine(RAW)
+    assert eng.restore(later=True).ok
+    spec = eng.config.adapter("x")
+    for batch in restore_later.batches(eng.passes.later["x"]):
+        assert eng.passes.restore_batch(spec, batch).files == len(batch)
+    assert (tree.local / "x" / OLD[0]).read_text() == "old 0\n"
+
+
 @pytest.mark.dir_only(reason="removes a durable object behind the manifest's back")
 def test_a_background_failure_is_reported(tree: Tree, cli: CliRunner) -> None:
     _make(tree)

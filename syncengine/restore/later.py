@@ -19,7 +19,7 @@ import attrs
 
 from syncengine.config import AdapterSpec
 from syncengine.durable.manifest import Entry
-from syncengine.local import pending
+from syncengine.local import chainstate, pending, seed
 from syncengine.local.adapter import AdapterState
 from syncengine.local.index import DIRTY, Index
 from syncengine.plan import Fetch, RestoreAction
@@ -41,8 +41,11 @@ def defer(
 ) -> tuple[list[RestoreAction], list[Fetch]]:
     """(now, later) of a plan; the later files are pending from here on."""
     now, later = split(actions, order)
-    for action in later:
-        restorer.seed_entry(state.index, action.entry)
+    for action in later:  # always the durable entry, dirty: `_still_seeded` reads it so
+        if action.entry.kind == "segments":
+            chainstate.seed(state.index, action.entry)
+        else:
+            seed.record_dirty(state.index, action.entry)
     pending.reset(state.index, (a.entry.path for a in later))
     return now, later
 
