@@ -28,8 +28,8 @@ from syncengine.progress import SILENT
 from syncengine.report import AdapterReport
 from syncengine.restore import restorer
 
-BATCH_FILES = 256  # a checkpoint pass waits at most one batch
-BATCH_BYTES = 32 << 20
+BATCH_FILES = 1000  # a checkpoint pass waits at most one batch
+BATCH_BYTES = 64 << 20
 
 
 def order_of(spec: AdapterSpec) -> Order:
