@@ -43,6 +43,7 @@ class PathSet:
 
     files: Matcher
     dirs: Matcher
+    _under: dict[str, bool] = attrs.field(factory=dict, eq=False)  # directory -> inside?
 
     @classmethod
     def of(cls, patterns: Sequence[str]) -> PathSet:
@@ -56,14 +57,19 @@ class PathSet:
         assert isinstance(path, str)
         if self.files.excluded(path, False):
             return True
-        if not self.dirs:
+        return bool(self.dirs) and self._inside(path.rpartition("/")[0])
+
+    def _inside(self, directory: str) -> bool:
+        """Whether `directory` or one above it is named (cached: files share parents)."""
+        if not directory:
             return False
-        parent = path.rpartition("/")[0]
-        while parent:
-            if self.dirs.excluded(parent, True):
-                return True
-            parent = parent.rpartition("/")[0]
-        return False
+        found = self._under.get(directory)
+        if found is None:
+            found = self.dirs.excluded(directory, True) or self._inside(
+                directory.rpartition("/")[0]
+            )
+            self._under[directory] = found
+        return found
 
 
 def _newest_first(action: Fetch) -> tuple[int, str]:
