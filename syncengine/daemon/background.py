@@ -141,18 +141,20 @@ class BackgroundRestore:
         from syncengine.restore import later  # loaded with the restore side
 
         spec = self.engine.config.adapter(name)
-        for batch in later.batches(actions):
-            if self._stop.is_set():
-                return
+        batches = list(later.batches(actions))
+        for i, batch in enumerate(batches):
+            stop = self._stop.is_set()  # then only the index is saved
             with self.lock.batch(), StateLock(self.engine.config.state_dir, wait=True):
                 try:
-                    rep = self.engine.passes.restore_batch(spec, batch)
+                    rep = self.engine.passes.restore_batch(
+                        spec, [] if stop else batch, save=stop or i == len(batches) - 1
+                    )
                 except OSError as exc:
                     raise self.engine.os_error("restore", exc) from exc
             self._account(rep)
             self.changed()
-            if rep.fatal is not None:  # the durable side failed: the rest stays pending
-                return
+            if stop or rep.fatal is not None:  # the durable side failed: the rest stays
+                return  # pending (a pass saves the index)
 
     def _account(self, rep: AdapterReport) -> None:
         self.files += rep.files

@@ -359,12 +359,15 @@ class Passes:
         )
         return _with(rep, errors=rep.errors + lost, duration_s=time.monotonic() - t0)
 
-    def restore_batch(self, spec: AdapterSpec, batch: list[Fetch]) -> AdapterReport:
-        """One batch of an adapter's background restore (the caller holds the state lock)."""
+    def restore_batch(
+        self, spec: AdapterSpec, batch: list[Fetch], *, save: bool = True
+    ) -> AdapterReport:
+        """One batch of an adapter's background restore (the caller holds the state lock);
+        `save`: the index too."""
         from syncengine.restore import later
 
         try:
-            return later.run_batch(self.adapters.state(spec), batch, self.copy_jobs())
+            return later.run_batch(self.adapters.state(spec), batch, self.copy_jobs(), save=save)
         except DurableError as exc:
             return AdapterReport(spec.name, fatal=str(exc))
 

@@ -66,10 +66,15 @@ def batches(
         yield batch
 
 
-def run_batch(state: AdapterState, batch: list[Fetch], jobs: int) -> AdapterReport:
-    """Place one batch (the caller holds the state lock and keeps passes out).
+def run_batch(state: AdapterState, batch: list[Fetch], jobs: int, *, save: bool) -> AdapterReport:
+    """Place one batch (the caller holds the state lock and keeps passes out); `save`: the
+    index too (a pass saves it as well; on disk, pending is a superset until then, which a
+    crash leaves harmless: the next start plans again).
 
-    A path whose index record is no longer the seeded durable entry was
+    Each file is placed only where none appeared since the plan (one there is
+    left to the next checkpoint), and each path handled without an error
+    leaves the pending set.  A path whose index record is no longer the seeded
+    durable entry was
     checkpointed from a file the agent wrote there meanwhile: it is left alone
     (kept) without reading the durable side, whose object may be that file now.
     """
@@ -77,7 +82,7 @@ def run_batch(state: AdapterState, batch: list[Fetch], jobs: int) -> AdapterRepo
     todo: list[RestoreAction] = [a for a in batch if _still_seeded(index, a.entry)]
     written = [a.entry.path for a in batch if not _still_seeded(index, a.entry)]
     pending.settle(index, written)
-    rep = restorer.run(state, todo, jobs=jobs, progress=SILENT, new_only=True)
+    rep = restorer.run(state, todo, jobs=jobs, progress=SILENT, new_only=True, save=save)
     return attrs.evolve(rep, kept_local=rep.kept_local + len(written))
 
 

@@ -185,10 +185,10 @@ def run(
     jobs: int,
     progress: Reporter = SILENT,
     new_only: bool = False,
+    save: bool = True,
 ) -> AdapterReport:
-    """Carry out a restore plan for one adapter; `new_only`: a background batch (later.py):
-    a file is placed only where none appeared since the plan (one there is left to the next
-    checkpoint), and each path handled without an error leaves the pending set."""
+    """Carry out a restore plan for one adapter; `new_only`: a background batch (later.py,
+    which says what it means); `save`: the index too (a batch leaves it to the last one)."""
     errors: list[PathError] = []
     restored: list[Done] = []
     counts: Counter[str] = Counter()  # kept, unchanged, links, skipped, newer, dbs, db_bytes
@@ -224,7 +224,7 @@ def run(
     except DurableError as exc:
         fatal = str(exc)
     meter.finish()
-    _keep(state, actions, restored, made, errors, counts, reached if new_only else None)
+    _keep(state, actions, restored, made, errors, counts, reached if new_only else None, save)
     files = [e for e, _, _ in restored if e.kind != "symlink"]
     return AdapterReport(
         name=state.name,
@@ -248,6 +248,7 @@ def _keep(
     errors: list[PathError],
     counts: Counter[str],
     settled: list[str] | None,
+    save: bool,
 ) -> None:
     """What the restore did goes into the index (`settled`: paths no longer pending)."""
     index = state.index
@@ -259,7 +260,7 @@ def _keep(
         pending.settle(index, set(settled) - {e.path for e in errors})
     for path, mode in made.items():  # as they are now: a mode that could not be set is
         index.record_dir(path, mode)  # not recorded as the manifest's, so it is kept there
-    if index.changed:
+    if index.changed and save:
         index.save(state.index_path)
 
 
