@@ -12,8 +12,11 @@ root and the state dir and times ``syncengine run --restore MODE -- COMMAND``:
 - *tree whole*: until the oldest file (the background restores it last) exists;
 - *run exit*: until ``run`` exits (COMMAND exits once the tree is whole).
 
-It also reads ``run``'s ``--log-json`` lines to split the start-up: until the lease
-is taken, until the restore starts (the manifest read), until COMMAND starts.  It
+It also reads ``run``'s ``--log-json -v`` lines to split the start-up: until the
+lease is taken (interpreter, imports, configuration, probe, lease), until the
+restore starts (the manifest read, the plan, the split and the seeding of the
+waiting files into the index), until COMMAND starts (the first set, the index
+saved, the start-up check of the durable side).  It
 writes nothing outside a temp directory but the table to ``--out``.
 """
 
