@@ -186,6 +186,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         },
         "interval": getattr(args, "interval", None),  # run --interval
         "metrics_address": getattr(args, "metrics_address", None),  # run --metrics-address
+        "restore": getattr(args, "restore", None),  # run --restore
     }
 
 

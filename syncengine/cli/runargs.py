@@ -17,12 +17,14 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
         "run",
         help="restore, run COMMAND, checkpoint until it exits",
         description="Container entrypoint: take the durable root's lease (waiting for "
-        "another instance's), restore (COMMAND is not started if the restore is "
-        "incomplete), start COMMAND, checkpoint every interval (inotify hints when "
+        "another instance's), restore each adapter's first set (restore_first, the newest "
+        "restore_newest; COMMAND is not started if it is incomplete), start COMMAND, restore "
+        "the rest in the background (newest first), checkpoint every interval (inotify hints when "
         "available), forward SIGTERM/SIGINT/SIGHUP, take a final checkpoint, release "
         "the lease, exit with COMMAND's status; 75 when COMMAND exited 0 but the final "
         "checkpoint was incomplete (state since the last complete one is not durable); "
-        "76 when another instance took the lease over (COMMAND is stopped first); 77 "
+        "1 when COMMAND exited 0 but the background restore failed; 76 when another "
+        "instance took the lease over (COMMAND is stopped first); 77 "
         "when another instance's lease did not come free within lease_wait.",
     )
     u.add_argument(
@@ -56,5 +58,11 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
         metavar="HOST:PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (docs/METRICS.md; "
         "default: metrics_address, else off; port 0: any free port, shown by status)",
+    )
+    u.add_argument(
+        "--restore",
+        choices=("background", "all-first"),
+        help="background: COMMAND starts after each adapter's first set, the rest follows; "
+        "all-first: the whole tree before COMMAND (default: restore, background)",
     )
     u.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")

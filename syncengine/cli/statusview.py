@@ -124,6 +124,9 @@ def show(status: dict[str, Any], *, as_json: bool = False, settings: bool = Fals
     restore = status.get("restore")
     if restore:
         print(_restore_line(restore))
+    background = background_line(status)
+    if background:
+        print(background)
     print("adapters:")
     daemon = status.get("daemon") or {}
     for a in status["adapters"]:
@@ -232,6 +235,24 @@ def lease_lines(status: dict[str, Any]) -> list[str]:
     if daemon.get("lease_lost"):
         lines.append(f"  LEASE LOST: {daemon['lease_lost']}")
     return lines
+
+
+def background_line(status: dict[str, Any]) -> str | None:
+    """`run`'s background restore: its progress while the daemon runs, else how it ended."""
+    daemon = status.get("daemon") or {}
+    bg = daemon.get("restore_background") if daemon.get("running") else None
+    bg = bg or (status.get("restore") or {}).get("background")
+    if not bg:
+        return None
+    total = bg.get("files_total") or 0
+    done = (bg.get("files") or 0) + (bg.get("kept") or 0)
+    line = (
+        f"background restore: {bg.get('state')}, {done}/{total} file(s) "
+        f"({100 * done // max(total, 1)}%), {size(bg.get('bytes') or 0)} of "
+        f"{size(bg.get('bytes_total') or 0)}"
+    )
+    errors = bg.get("errors") or []
+    return line + (f"; {len(errors)} error(s), first: {errors[0]}" if errors else "")
 
 
 def _restore_line(restore: dict[str, Any]) -> str:

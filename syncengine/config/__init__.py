@@ -81,6 +81,8 @@ TOP_KEYS = frozenset(
         "metrics_address",
         "key_file",
         "secrets",
+        "restore",
+        "restore_order",
     }
 )
 DEFAULT_INTERVAL = 15.0
@@ -119,6 +121,7 @@ class Config:
     metrics_address: str | None = None  # run: serve Prometheus metrics on HOST:PORT
     keys: Keyring | None = None  # secret files are sealed with keys[0] (docs/SECRETS.md)
     key_file: Path | None = None  # where `keys` came from (None: $SYNCENGINE_KEY or no key)
+    restore: str = "background"  # run: "background" (first set, COMMAND, the rest) or "all-first"
 
     @property
     def durable_id(self) -> str:
@@ -236,10 +239,11 @@ def config_from_dict(
     home = _home(layers, s3) if layers.has("home", "HOME") else None
     require_mount = sections.require_mount(layers)
     specs = adapter_specs(layers, builtin_adapters(), local_root, durable_root, s3)
+    specs = sections.restore_order(layers, specs)
     check_overlaps(specs, state_dir, functools.partial(s3_location.display, s3))
     write_back, rclone_rc = sections.write_back(layers)
-    metrics_address = sections.metrics_address(layers)
     confirm = layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)
+    run_keys = sections.run_keys(layers)  # before the sources are copied: they name a layer
     keys = encryption.keyring(layers)  # before `sources` is copied: it records key_file's
     return Config(
         local_root=local_root,
@@ -260,8 +264,7 @@ def config_from_dict(
         home=home,
         plain_after=float(plain_after),
         s3=s3,
-        metrics_address=metrics_address,
-        **sections.lease(layers),
+        **run_keys,
         **keys,
     )
 

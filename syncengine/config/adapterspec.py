@@ -28,6 +28,8 @@ from syncengine.config.s3location import S3Location, is_s3, virtual_path
 from syncengine.errors import ConfigError
 from syncengine.sqlite.files import database_patterns
 
+# What a background restore (`run`) brings back before COMMAND starts (plan/order.py).
+RESTORE_ORDER_KEYS = ("restore_first", "restore_newest", "restore_newest_count")
 ADAPTER_KEYS = frozenset(
     {
         "name",
@@ -41,6 +43,7 @@ ADAPTER_KEYS = frozenset(
         "migrate",
         "live_env",
         "durable_env",
+        *RESTORE_ORDER_KEYS,
     }
 )
 # An environment reference: a variable name, optionally followed by a path below it.
@@ -92,6 +95,9 @@ class AdapterSpec:
     live_env: tuple[str, ...] = ()  # environment references naming the live tree
     durable_env: tuple[str, ...] = ()
     builtin: bool = False  # shipped in adapters/*.toml
+    restore_first: tuple[str, ...] = ()  # restored before COMMAND starts (patterns)
+    restore_newest: tuple[str, ...] = ()  # of these, the newest `restore_newest_count` too
+    restore_newest_count: int = 0
 
     def __str__(self) -> str:
         return f"{self.name}: {self.live} -> {self.durable}"
@@ -202,7 +208,7 @@ def adapter_spec(
         if not plain_text(table.get(key)):
             raise ConfigError(f"{origin}: adapter {name!r}: {key} must be a non-empty path")
     lists = {}
-    for key in ("exclude", "sqlite", "segments", "secrets"):
+    for key in ("exclude", "sqlite", "segments", "secrets", "restore_first", "restore_newest"):
         value = table.get(key, [])
         if not isinstance(value, list) or not all(plain_text(v) for v in value):
             raise ConfigError(
@@ -225,7 +231,20 @@ def adapter_spec(
         live_env=env_refs(table, "live_env"),
         durable_env=env_refs(table, "durable_env"),
         builtin=bool(table.get("__builtin__")),
+        restore_first=lists["restore_first"],
+        restore_newest=lists["restore_newest"],
+        restore_newest_count=newest_count(table.get("restore_newest_count", 0), origin, name),
     )
+
+
+def newest_count(value: Any, origin: str, name: str) -> int:
+    """`restore_newest_count`: a whole number of files, 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            f"{origin}: adapter {name!r}: restore_newest_count must be a whole number "
+            f">= 0, not {value!r}"
+        )
+    return value
 
 
 def adapter_name(table: Mapping[str, Any]) -> str:

@@ -1,9 +1,10 @@
 """The configuration's smaller sections, each read from the layers and checked.
 
 `[gc]` (`GcConfig`), the lease keys, ``metrics_address``, ``write_back`` and
-``rclone_rc``, ``require_mount``: one function per section, each returning plain
-values or raising `ConfigError` naming the key's layer and the fix.  Read by
-`syncengine.config.config_from_dict` only.
+``rclone_rc``, ``require_mount``, ``restore`` and ``[restore_order]``: one
+function per section, each returning plain values or raising `ConfigError`
+naming the key's layer and the fix.  Read by `syncengine.config.config_from_dict`
+only.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from typing import Any
 
 import attrs
 
+from syncengine.config.adapterspec import AdapterSpec, newest_count
 from syncengine.config.layers import Layers
 from syncengine.config.numbers import check_number
 from syncengine.errors import ConfigError
+from syncengine.patterns import compile_patterns
 
 GC_KEYS = frozenset(
     {
@@ -134,3 +137,59 @@ def gc_config(table: Any, origin: str) -> GcConfig:
         if key in values:
             values[key] = int(values[key])
     return GcConfig(**values)
+
+
+RESTORE_MODES = ("background", "all-first")
+ORDER_KEYS = ("first", "newest", "newest_count")
+
+
+def run_keys(layers: Layers) -> dict[str, Any]:
+    """The keys of a long-running engine (`run`): the lease's, `metrics_address`, `restore`."""
+    return {
+        **lease(layers),
+        "metrics_address": metrics_address(layers),
+        "restore": restore_mode(layers),
+    }
+
+
+def restore_mode(layers: Layers) -> str:
+    """`restore`: "background" (COMMAND starts after each adapter's first set, the rest
+    follows) or "all-first" (the whole tree before COMMAND)."""
+    mode = layers.get("restore", None, "background")
+    if mode not in RESTORE_MODES:
+        raise ConfigError(
+            f'{layers.sources["restore"]}: restore must be "background" or "all-first", '
+            f"not {mode!r}"
+        )
+    return str(mode)
+
+
+def restore_order(layers: Layers, specs: tuple[AdapterSpec, ...]) -> tuple[AdapterSpec, ...]:
+    """The adapters with ``[restore_order.NAME]`` (keys first, newest, newest_count) applied
+    over their own ``restore_first`` / ``restore_newest`` / ``restore_newest_count``."""
+    tables = layers.table("restore_order")
+    names = {s.name for s in specs}
+    out = []
+    for spec in specs:
+        table = tables.get(spec.name, {})
+        where = f"{layers.origin}: [restore_order.{spec.name}]"
+        if not isinstance(table, dict) or set(table) - set(ORDER_KEYS):
+            raise ConfigError(f"{where}: a table of first, newest (pattern lists), newest_count")
+        changes: dict[str, Any] = {}
+        for key in ("first", "newest"):
+            if key in table:
+                value = table[key]
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise ConfigError(f"{where}: {key} must be a list of patterns")
+                changes[f"restore_{key}"] = tuple(value)
+        if "newest_count" in table:
+            changes["restore_newest_count"] = newest_count(table["newest_count"], where, spec.name)
+        spec = attrs.evolve(spec, **changes)
+        compile_patterns((*spec.restore_first, *spec.restore_newest), where=where)
+        out.append(spec)
+    unknown = sorted(set(tables) - names)
+    if unknown:
+        raise ConfigError(
+            f"{layers.origin}: [restore_order.{unknown[0]}]: no such adapter is enabled"
+        )
+    return tuple(out)

@@ -61,6 +61,8 @@ class Metrics:
         self._adapters = {name: AdapterMetrics() for name in adapters}
         self._lease = lease  # the holder's describe(): generation, holder, lost
         self._clock = clock
+        # the background restore's status() (daemon.background), once one runs
+        self.background: Callable[[], Mapping[str, Any]] | None = None
 
     def watch(self, meter: Progress) -> None:
         """The progress `Reporter`'s hook: a restore meter is read at each scrape."""
@@ -104,9 +106,10 @@ class Metrics:
     def render(self) -> str:
         """Every metric, in the text exposition format."""
         lease = dict(self._lease())
+        background = dict(self.background()) if self.background is not None else None
         with self._lock:
             now = self._clock()
-            return "".join(_families(self._adapters, lease, now))
+            return "".join(_families(self._adapters, lease, now)) + _background(background)
 
 
 def _families(
@@ -211,6 +214,31 @@ def _restore_families(adapters: Mapping[str, AdapterMetrics]) -> Iterable[str]:
             f"{text}.",
             [(_labels(adapter=n), getattr(p, field)) for n, p in meters.items()],
         )
+
+
+def _background(status: Mapping[str, Any] | None) -> str:
+    """The background restore of `run` (absent when none ran)."""
+    if status is None:
+        return ""
+    return "".join(
+        _family(f"syncengine_restore_background_{name}", "gauge", text, [("", value)])
+        for name, text, value in (
+            ("files", "Files the background restore has written.", status["files"]),
+            ("bytes", "Bytes the background restore has written.", status["bytes"]),
+            ("planned_files", "Files the background restore is to write.", status["files_total"]),
+            ("planned_bytes", "Bytes the background restore is to write.", status["bytes_total"]),
+            (
+                "running",
+                "1 while the background restore runs, else 0.",
+                status["state"] == "running",
+            ),
+            (
+                "failed",
+                "1 once the background restore failed (see status), else 0.",
+                status["state"] == "failed",
+            ),
+        )
+    )
 
 
 def _lease_families(lease: Mapping[str, Any]) -> Iterable[str]:

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from typing import Any
 
 from syncengine.config import Config
+from syncengine.daemon.background import BackgroundRestore, PassLock
+from syncengine.daemon.describe import describe_failure, describe_start
 from syncengine.daemon.metrics import Metrics
 from syncengine.daemon.metricserver import MetricsServer
 from syncengine.daemon.watch import Watcher
@@ -44,37 +46,6 @@ from syncengine.local import status as status_files
 from syncengine.report import Report
 
 log = logging.getLogger("syncengine")
-
-
-def describe_failure(report: Report) -> str:
-    """One line per failed adapter or path, for messages and logs."""
-    lines = [f"{a.name}: {a.fatal}" for a in report.adapters if a.fatal]
-    lines.extend(str(e) for e in report.errors[:20])
-    more = len(report.errors) - 20
-    if more > 0:
-        lines.append(f"... and {more} more path error(s)")
-    return "\n".join(lines)
-
-
-def describe_start(report: Report, config: Config, interval: float, mode: str) -> str:
-    """One line: what the restore brought back, and what the loop will checkpoint."""
-    kept = sum(a.kept_local for a in report.adapters)
-    same = sum(a.unchanged for a in report.adapters)
-    live = [s.name for s in config.adapters if s.live.is_dir()]
-    waiting = [s.name for s in config.adapters if not s.live.is_dir()]
-    return (
-        f"restored {report.files} file(s), {report.bytes} bytes"
-        + (f", {same} unchanged" if same else "")
-        + (f" ({kept} newer local kept)" if kept else "")
-        + f"; checkpointing {', '.join(live) or 'nothing yet'} every {interval:g}s "
-        f"(mode {mode})"
-        + (f"; no live tree yet (taken once it appears): {', '.join(waiting)}" if waiting else "")
-    )
-
-
-def describe_pass(report: Report) -> str:
-    """One line: what a complete checkpoint published."""
-    return f"published {report.files} file(s), {report.bytes} bytes; all durable"
 
 
 def _seconds(ns: Any) -> float | None:
@@ -95,6 +66,7 @@ class Runner:
         takeover: bool = False,
         on_lease_lost: Callable[[], None] | None = None,
         metrics_address: str | None = None,
+        restore: str | None = None,
     ) -> None:
         self.engine = engine if isinstance(engine, Engine) else Engine(engine)
         self.takeover = takeover  # take the durable root's lease without waiting
@@ -109,7 +81,11 @@ class Runner:
                 rescan_interval=rescan_interval or cfg.rescan_interval,
                 skip_dirs={s.name: self.engine.skip_dirs(s) for s in cfg.adapters},
             )
-        self._mutex = threading.Lock()  # one pass at a time
+        self._mutex = PassLock()  # one pass (or background restore batch) at a time
+        # "background": each adapter's first set before `start` returns, the rest after
+        self.restore_mode = restore or cfg.restore
+        self.background: BackgroundRestore | None = None
+        self.on_background_end: Callable[[str], None] | None = None  # `run`: its stderr line
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._running = False
@@ -148,18 +124,35 @@ class Runner:
         self._running = True
         self._thread = threading.Thread(target=self._loop, name="syncengine-runner", daemon=True)
         self._thread.start()
+        later = self.engine.passes.later if self.restore_mode == "background" else {}
+        if any(later.values()):
+            self.background = BackgroundRestore(
+                self.engine,
+                dict(later),
+                self._mutex,
+                changed=self._write_status,
+                say=self.on_background_end,
+            )
+            self.background.start()
+            if self.metrics is not None:
+                self.metrics.background = self.background.status
         self._write_status()  # `status`: running, before the first pass
         log.info(
             "runner.started %s",
-            describe_start(report, self.engine.config, self.interval, self.mode),
+            describe_start(report, self.engine.config, self.interval, self.mode, self.later),
             extra={"event": "runner.started"},
         )
         return report
 
+    @property
+    def later(self) -> int:
+        """Files the background restore had to bring back when it started."""
+        return self.background.files_total if self.background is not None else 0
+
     def _restore(self) -> Report:
         # one writer per durable root: wait for (or take over) another instance's lease
         self.engine.lease.acquire(takeover=self.takeover)
-        report = self.engine.restore()
+        report = self.engine.restore(later=self.restore_mode == "background")
         if not report.ok:
             self.engine.lease.release()
             exc = Incomplete("restore incomplete, not starting:\n" + describe_failure(report))
@@ -189,6 +182,8 @@ class Runner:
         self._running = False
         self._stop.set()
         try:
+            if self.background is not None:  # after its batch; the rest stays pending
+                self.background.stop()
             if self._thread is not None:
                 self._thread.join()
                 self._thread = None
@@ -333,6 +328,8 @@ class Runner:
 
     def _fenced(self, error: str) -> None:
         self.lease_lost = error
+        if self.background is not None:
+            self.background.stop()
         self._write_status()
         if self.on_lease_lost is not None:
             self.on_lease_lost()
@@ -382,6 +379,7 @@ class Runner:
             "lease": self.engine.lease.holder.describe(),
             "lease_lost": self.lease_lost,
             "metrics_address": self.metrics_address,
+            "restore_background": self.background.status() if self.background else None,
             "updated_ns": time.time_ns(),
         }
 

@@ -8,7 +8,9 @@ when it died of a signal, as a shell does), except that a child that
 succeeded (0) while the final checkpoint was incomplete exits
 `FINAL_INCOMPLETE` (75, sysexits' EX_TEMPFAIL): the state since the last
 complete checkpoint is not durable, and an orchestrator must not read that as
-success.  As PID 1 it also reaps orphaned zombies.
+success; and 1 when COMMAND exited 0 but the background part of the restore
+failed (the tree is not whole: some files did not come back).  As PID 1 it
+also reaps orphaned zombies.
 
 Signals are recorded by handlers that do nothing else but forward them to the
 child (no locks, no logging); the main thread wakes through
@@ -34,7 +36,8 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-from syncengine.daemon.runner import Runner, describe_pass, describe_start
+from syncengine.daemon.describe import describe_pass, describe_start
+from syncengine.daemon.runner import Runner
 from syncengine.errors import Incomplete, LeaseHeld, LeaseLost
 
 log = logging.getLogger("syncengine")
@@ -70,6 +73,7 @@ class Supervisor:
         self._reported = 0
         self._wake_r = self._wake_w = -1
         runner.on_lease_lost = self._lease_lost
+        runner.on_background_end = self._background_end
 
     def _lease_lost(self) -> None:
         """From the runner's thread: stop as on SIGTERM (forwarded to the child), then
@@ -173,6 +177,14 @@ class Supervisor:
                 self.runner.stop()
             self._uninstall(old)
 
+    def _background_end(self, line: str) -> None:
+        """From the background restore's thread: its closing line (a failure even with
+        -q: it is reported as a foreground one is)."""
+        if self.runner.background is not None and self.runner.background.failed:
+            print(f"syncengine run: {line}", file=sys.stderr, flush=True)
+        else:
+            self._say(line)
+
     def _say(self, line: str) -> None:
         """What `run` did, one line on stderr (stdout is COMMAND's)."""
         if not self.quiet:
@@ -194,7 +206,11 @@ class Supervisor:
             )
             return 1
         runner = self.runner
-        self._say(describe_start(restored, runner.engine.config, runner.interval, runner.mode))
+        self._say(
+            describe_start(
+                restored, runner.engine.config, runner.interval, runner.mode, runner.later
+            )
+        )
         if self.signals:
             self._final()
             return 128 + self.signals[0]
@@ -217,6 +233,10 @@ class Supervisor:
             self._stop_child()
         else:
             self._final()
+        return self._exit_code()
+
+    def _exit_code(self) -> int:
+        """COMMAND's status, unless what `run` must report overrides it (module doc)."""
         assert self.status is not None
         if self.runner.lease_lost is not None:
             log.error(
@@ -235,6 +255,13 @@ class Supervisor:
                 extra={"event": "run.exit"},
             )
             return FINAL_INCOMPLETE
+        if code == 0 and self.runner.background is not None and self.runner.background.failed:
+            log.error(
+                "run.exit status=1: COMMAND exited 0 but the background restore failed "
+                "(see the errors above; `syncengine status` shows them)",
+                extra={"event": "run.exit"},
+            )
+            return 1
         return code
 
     def _stop_child(self) -> None:

@@ -132,6 +132,8 @@ def _name(value: object, what: str) -> str:
     """A name from the manifest that the OS can take (safety is checked where it is used)."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{what} {value!r} is missing or not a non-empty string")
+    if value.isascii() and "\0" not in value:  # the common name, without an encode
+        return value
     if "\0" in value:
         raise ValueError(f"{what} {value!r} contains NUL")
     try:

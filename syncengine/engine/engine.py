@@ -250,9 +250,11 @@ class Engine:
         *,
         dry_run: bool = False,
         takeover: bool = False,
+        later: bool = False,
     ) -> Report:
         """Fill each adapter's live tree from its durable checkpoint (never older over newer).
-        Waits for another instance's lease (`lease_wait`), or with `takeover` takes it."""
+        Waits for another instance's lease (`lease_wait`), or with `takeover` takes it.
+        `later`: each adapter's first set only, the rest in `passes.later` (`run`)."""
         started = self.clock()
         t0 = time.monotonic()
         specs = self.config.select(adapters)
@@ -268,7 +270,7 @@ class Engine:
                 reports = [AdapterReport(spec.name, fatal=str(exc)) for spec in specs]
             else:
                 try:
-                    reports = [self.passes.restore(spec, dry_run) for spec in specs]
+                    reports = [self.passes.restore(spec, dry_run, later) for spec in specs]
                 except OSError as exc:
                     raise self.os_error("restore", exc) from exc
 

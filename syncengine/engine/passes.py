@@ -4,15 +4,14 @@ Owns the sequence of one pass once the state lock is held: get each
 adapter's state (its index loaded, rebuilt from the manifest when it is new,
 and checked against the durable side at a start: `adapterstates`), walk
 every live tree at once, plan and execute per adapter, and keep the
-directory table in step.  It is the heavy
-half of the `Engine`: `engine.py` imports this module on first use
-(`Engine.passes`), so `syncengine status` and `journal record` load none of the
-walk, the planner or the executors, and `restore` imports the restore side
-itself, so a one-shot checkpoint does not load it.  The engine keeps the lock, the status
-files, the lease and the durable root; this module is handed the engine's
-`Context`, its `AdapterStates`, and two of the root's hooks: `prepare_store`
-(the lease, then the probe, before a store's first write in a pass) and
-`copy_jobs` (how many copies run at once).
+directory table in step.  The heavy half of the `Engine`, imported on first
+use (`Engine.passes`), so `syncengine status` and `journal record` load none
+of the walk, the planner or the executors; `restore` imports the restore side
+itself, so a one-shot checkpoint does not load it.  The engine keeps the lock,
+the status files, the lease and the durable root; this module is handed the
+engine's `Context`, its `AdapterStates`, and two of the root's hooks:
+`prepare_store` (the lease, then the probe, before a store's first write in a
+pass) and `copy_jobs` (how many copies run at once).
 """
 
 from __future__ import annotations
@@ -32,11 +31,18 @@ from syncengine.durable.lifecycle import DurableStore
 from syncengine.engine.adapterstates import AdapterStates
 from syncengine.engine.context import Context
 from syncengine.errors import DurableError, NameTaken, local_error
-from syncengine.local import behind, chainstate
+from syncengine.local import behind, chainstate, pending
 from syncengine.local import seed as seeding
 from syncengine.local.adapter import AdapterState
 from syncengine.local.index import Index, settled
-from syncengine.plan import PUBLISHING, CheckpointAction, PlainCopy, RecordDir, RecordLink
+from syncengine.plan import (
+    PUBLISHING,
+    CheckpointAction,
+    Fetch,
+    PlainCopy,
+    RecordDir,
+    RecordLink,
+)
 from syncengine.plan import plan_checkpoint as plan_actions
 from syncengine.report import AdapterReport, PathError
 from syncengine.walk import missing as missing_mod
@@ -65,6 +71,7 @@ class Passes:
         self.adapters = adapters  # indexes, seeding, start check
         self.prepare_store, self.copy_jobs = prepare_store, copy_jobs
         self._recheck: dict[str, set[str]] = {}
+        self.later: dict[str, list[Fetch]] = {}  # a `run` restore's files for the background
 
     # -- checkpoint ------------------------------------------------------
     def scan_jobs(self, states: Sequence[AdapterState], started: int) -> list[ScanJob]:
@@ -210,14 +217,19 @@ class Passes:
         logs = state.segments is not None
         quiet_ns = self.ctx.quiet_ns()
         secrets = state.secrets if state.secrets is not None and state.secrets.keys else None
+        waiting = pending.paths(state.index)  # not back yet: neither absent nor changed
         return plan_actions(
             result,
             state.index,
-            missing,
-            chainstate.idle_chains(state.index, started) if logs else frozenset(),
+            pending.without(waiting, missing),
+            chainstate.idle_chains(state.index, started) - waiting if logs else frozenset(),
             logs=state.segments,
             sniff=checkpointer.LiveContent(state.live) if state.sqlite is not None else None,
-            plain=chainstate.plain_wanted(state.index, started, quiet_ns) if logs else frozenset(),
+            plain=(
+                chainstate.plain_wanted(state.index, started, quiet_ns) - waiting
+                if logs
+                else frozenset()
+            ),
             plain_why=f"quiet for {self.config.plain_after:g} s",
             missing_dirs=missing_mod.missing_dirs(state, result),
             trust_hashes=not state.staging_marker.exists(),
@@ -280,6 +292,7 @@ class Passes:
             PlainCopy(p, rec.size, "final checkpoint")
             for p in sorted(
                 chainstate.plain_wanted(state.index, started, self.ctx.quiet_ns(), final=True)
+                - pending.paths(state.index)
             )
             if (rec := state.index.get(p)) is not None
         ]
@@ -305,9 +318,11 @@ class Passes:
         )
 
     # -- restore ---------------------------------------------------------
-    def restore(self, spec: AdapterSpec, dry_run: bool) -> AdapterReport:
-        """Fill one adapter's live tree from its durable checkpoint."""
-        from syncengine.restore import restorer  # a checkpoint never loads the restore side
+    def restore(self, spec: AdapterSpec, dry_run: bool, later: bool = False) -> AdapterReport:
+        """Fill one adapter's live tree from its durable checkpoint; `later`: only its first
+        set, the rest left in `self.later` for `restore_batch` (plan/order.py)."""
+        from syncengine.restore import later as restore_later  # a checkpoint never loads
+        from syncengine.restore import restorer  # the restore side
 
         t0 = time.monotonic()
         try:
@@ -330,6 +345,12 @@ class Passes:
                 return AdapterReport(
                     spec.name, plan=tuple(map(str, actions)), absent=nothing and not actions
                 )
+            if later and source == "manifest":  # `run`: the rest after COMMAND starts
+                actions, self.later[spec.name] = restore_later.defer(
+                    state, actions, restore_later.order_of(spec)
+                )
+            else:
+                pending.reset(state.index, ())
             log.info(
                 "restore.start adapter=%s entries=%d source=%s",
                 spec.name,
@@ -350,6 +371,18 @@ class Passes:
         )
         idle = nothing and not (rep.files or rep.dirs or rep.links or rep.errors)
         return _with(rep, errors=rep.errors + lost, duration_s=time.monotonic() - t0, absent=idle)
+
+    def restore_batch(
+        self, spec: AdapterSpec, batch: list[Fetch], *, save: bool = True
+    ) -> AdapterReport:
+        """One batch of an adapter's background restore (the caller holds the state lock);
+        `save`: the index too."""
+        from syncengine.restore import later
+
+        try:
+            return later.run_batch(self.adapters.state(spec), batch, self.copy_jobs(), save=save)
+        except DurableError as exc:
+            return AdapterReport(spec.name, fatal=str(exc))
 
 
 def _unsettled(index: Index, changed: Sequence[Seen]) -> set[str]:

@@ -166,6 +166,17 @@ class Staged:
         self.published = True
         return guarded
 
+    def publish_absent(self, target: str, *, target_dir_fd: int | None = None) -> None:
+        """Rename the closed temp file to `target` only while nothing has that name, with
+        no window: ``RENAME_NOREPLACE``, else a hard link and an unlink of the temp name.
+        FileExistsError when a file is there (it stays; the temp file is left to the
+        caller's discard)."""
+        assert self.closed and not self.in_place, "publish_absent() needs a closed temp file"
+        if not _rename_noreplace(self.name, target, self.dir_fd, target_dir_fd):
+            os.link(self.name, target, src_dir_fd=self.dir_fd, dst_dir_fd=target_dir_fd)
+            _best_effort(os.unlink, self.name, dir_fd=self.dir_fd)
+        self.published = True
+
     def keep(self) -> None:
         """Keep a closed file written under its final name (no rename)."""
         assert self.closed and self.in_place, "keep() is for a closed create_object() file"

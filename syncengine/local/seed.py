@@ -44,7 +44,7 @@ from syncengine.durable.manifest import load as load_manifest
 from syncengine.durable.store import MANIFEST_DIR
 from syncengine.errors import local_error
 from syncengine.fs import savefile
-from syncengine.local import behind, chainstate
+from syncengine.local import behind, chainstate, pending
 from syncengine.local.adapter import AdapterState
 from syncengine.local.index import DIRTY, Index
 from syncengine.local.status import read_json
@@ -67,6 +67,16 @@ def record_dirty(index: Index, entry: manifest.Entry) -> None:
         target=entry.target,
         extra=entry.index_extra() or {},
     )
+
+
+def _rebuild(state: AdapterState, old: Index) -> None:
+    """A new index from the manifest, keeping the old one's pending paths (a background
+    restore's, still to come: local/pending.py)."""
+    state.index = Index()
+    from_manifest(state)
+    waiting = old.meta.get(pending.KEY)
+    if waiting:
+        state.index.meta[pending.KEY] = waiting
 
 
 def from_manifest(state: AdapterState) -> None:
@@ -156,8 +166,7 @@ def check(state: AdapterState, instance: str, *, rebase: bool = False) -> list[s
             for p, r in behind.pending(index.meta).items()
             if p not in found.missing and p not in found.settled
         }
-        state.index = Index()
-        from_manifest(state)
+        _rebuild(state, index)
         if still:
             state.index.meta[behind.UNCONFIRMED] = still
     behind.forget(state.index.meta, [*found.settled, *found.missing])

@@ -113,6 +113,19 @@ def write_restore(state_dir: Path, report: Report, now_ns: int) -> None:
     )
 
 
+def write_background(state_dir: Path, background: dict[str, Any]) -> None:
+    """Add how `run`'s background restore ended to ``restore.json``; a failed one makes
+    the restore incomplete, as a foreground failure does (gc refuses until one completes)."""
+    data = read_json(state_dir / "restore.json")
+    data["background"] = background
+    if background.get("state") == "failed":
+        data["complete"] = False
+        data["errors"] = (list(data.get("errors") or []) + list(background["errors"]))[:50]
+    savefile.write_file(
+        state_dir / "restore.json", json.dumps(data).encode(), mode=0o600, fsync=True
+    )
+
+
 # The settings `syncengine status` shows, with where each came from.
 SHOWN_KEYS = (
     "local_root",

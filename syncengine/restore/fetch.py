@@ -16,7 +16,10 @@ recorded mode by descriptor (restore.py decides when).  A secret file's object
 (its entry is marked sealed, or it matches the adapter's ``secrets`` and is a
 sealed object) is read whole and opened with the adapter's keys first
 (`syncengine.crypt.sealed`): a missing or wrong key, or an object that fails
-authentication, fails that path alone, before anything is written.
+authentication, fails that path alone, before anything is written.  With `new_only` (the
+background part of `run`'s restore, restore/later.py) a file is placed only
+where no file has appeared since the plan (`Staged.publish_absent`): a file
+the agent wrote meanwhile wins, and the outcome is `KeepLocal(WRITTEN)`.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from syncengine.restore.packed import PackedFetch
 
 log = logging.getLogger("syncengine")
 Done = tuple[Entry, os.stat_result, int]  # what was placed, its stat, its hash
+WRITTEN = "written locally during the background restore; the local file is kept"
 
 
 def local_state(live: DirCache, relpath: str) -> LocalState | None:
@@ -70,7 +74,8 @@ def fetch_file(
     unrecorded: bool,
     secrets: Secrets | None = None,
     packed: PackedFetch | None = None,
-) -> Done | Vanished:
+    new_only: bool = False,
+) -> Done | Vanished | KeepLocal:
     """Copy one durable file into place, checked; Vanished: an old-layout file gone since
     the listing (skipped, like rsync's exit 24).  `packed`: its bytes from a pack, already
     checked against the entry (restore/packed.py), or None: the plain object is read."""
@@ -78,12 +83,14 @@ def fetch_file(
     data = packed(entry) if packed is not None else None
     if data is not None:
         info = ObjectInfo(entry.location, len(data), entry.mtime_ns, entry.mode)
-        return _place(action, Opened(info, io.BytesIO(data)), live, entry.location, unrecorded)
+        return _place(
+            action, Opened(info, io.BytesIO(data)), live, entry.location, unrecorded, new_only
+        )
     try:
         with durable.open(entry.location) as src:
             if sealed_with(entry.extra) or (secrets is not None and secrets.secret(entry.path)):
                 src = _unsealed(entry, src, secrets)
-            return _place(action, src, live, durable.where(entry.location), unrecorded)
+            return _place(action, src, live, durable.where(entry.location), unrecorded, new_only)
     except FileNotFoundError as exc:  # the durable object (`_place` raises no OSError)
         if action.walked:
             log.info(
@@ -114,7 +121,9 @@ def _unsealed(entry: Entry, src: Opened, secrets: Secrets | None) -> Opened:
     return Opened(src.info, io.BytesIO(plain))
 
 
-def _place(action: Fetch, src: Opened, live: DirCache, where: str, unrecorded: bool) -> Done:
+def _place(
+    action: Fetch, src: Opened, live: DirCache, where: str, unrecorded: bool, new_only: bool
+) -> Done | KeepLocal:
     entry = action.entry
     try:
         if src.info.kind != "file":
@@ -133,11 +142,20 @@ def _place(action: Fetch, src: Opened, live: DirCache, where: str, unrecorded: b
                 raise SourceError(entry.path, "write", str(exc)) from exc
             placed = entry if action.walked else _checked(entry, n, src.info, h, unrecorded)
             tmp.close(mode=entry.mode, mtime_ns=placed.mtime_ns)
-            tmp.publish(name, target_dir_fd=dir_fd)
+            _publish(tmp, name, dir_fd, new_only)
             after = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        return KeepLocal(entry, WRITTEN)
     except OSError as exc:
         raise source_error("restore", entry.path, exc) from exc
     return placed, after, h
+
+
+def _publish(tmp: savefile.Staged, name: str, dir_fd: int, new_only: bool) -> None:
+    if new_only:
+        tmp.publish_absent(name, target_dir_fd=dir_fd)
+    else:
+        tmp.publish(name, target_dir_fd=dir_fd)
 
 
 def _checked(entry: Entry, size: int, st: ObjectInfo, digest: int, unrecorded: bool) -> Entry:
@@ -162,7 +180,9 @@ def _checked(entry: Entry, size: int, st: ObjectInfo, digest: int, unrecorded: b
     return attrs.evolve(entry, size=size, mtime_ns=st.mtime_ns, hash=digest)
 
 
-def fetch_log(entry: Entry, live: DirCache, durable: Store) -> Done | KeepLocal:
+def fetch_log(
+    entry: Entry, live: DirCache, durable: Store, *, new_only: bool = False
+) -> Done | KeepLocal:
     """Rebuild an append-only log from its chain, listed here (in the copy pool, so the
     listings of many logs overlap on a slow mount), and from its plain copy where that
     extends the chain (chain.py).
@@ -207,10 +227,12 @@ def fetch_log(entry: Entry, live: DirCache, durable: Store) -> Done | KeepLocal:
                 if keep is not None:
                     return keep
             tmp.close(mode=entry.mode, mtime_ns=rebuilt.mtime_ns)
-            tmp.publish(name, target_dir_fd=dir_fd)
+            _publish(tmp, name, dir_fd, new_only)
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except UnsafePath:
         raise
+    except FileExistsError:
+        return KeepLocal(entry, WRITTEN)
     except OSError as exc:
         raise source_error("restore", entry.path, exc) from exc
     return rebuilt, st, h

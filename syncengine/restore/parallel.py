@@ -34,6 +34,7 @@ def execute_all(
     jobs: int,
     unrecorded: bool,
     packed: PackedFetch | None = None,
+    new_only: bool = False,
 ) -> Generator[tuple[Fetch | MakeLink, Outcome], None, None]:
     """Each action's outcome, in order: threads on a mount, processes on a local disk.
 
@@ -41,7 +42,8 @@ def execute_all(
     local disk a restore is Python per file: a large one from the one-shot CLI
     is split into contiguous shares of the (path-sorted) actions, one per
     core, in forked processes (syncengine.walk.forked).  A secret file is opened with
-    the adapter's keys (`state.secrets`, `fetch.fetch_file`).
+    the adapter's keys (`state.secrets`, `fetch.fetch_file`).  `new_only`: place files
+    only where none has appeared since the plan (the background part, fetch.py).
     """
     durable: Store = state.store
 
@@ -50,9 +52,15 @@ def execute_all(
             if isinstance(action, MakeLink):
                 return make_link(action.entry, live)
             if action.entry.kind == "segments":
-                return fetch_log(action.entry, live, durable)
+                return fetch_log(action.entry, live, durable, new_only=new_only)
             return fetch_file(
-                action, live, durable, unrecorded=unrecorded, secrets=state.secrets, packed=packed
+                action,
+                live,
+                durable,
+                unrecorded=unrecorded,
+                secrets=state.secrets,
+                packed=packed,
+                new_only=new_only,
             )
         except SourceError as exc:
             return exc

@@ -30,8 +30,8 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import Iterable
+from contextlib import closing
 
 from syncengine.checkpoint import checkpointer as checkpoint
 from syncengine.durable import manifest, recorded
@@ -40,7 +40,7 @@ from syncengine.durable.store import Store, with_metadata
 from syncengine.errors import DurableError, SourceError
 from syncengine.fs.safepath import DirCache, UnsafePath, check_relpath
 from syncengine.fs.stream import Vanished
-from syncengine.local import chainstate, seed
+from syncengine.local import chainstate, pending, seed
 from syncengine.local.adapter import AdapterState
 from syncengine.local.index import DIRTY, Index
 from syncengine.plan import (
@@ -58,7 +58,8 @@ from syncengine.progress import SILENT, Reporter
 from syncengine.report import AdapterReport, PathError
 from syncengine.restore import openfiles, packed
 from syncengine.restore import sqlite as sqlite_restore
-from syncengine.restore.fetch import Done, local_state, make_dir
+from syncengine.restore.dirs import dirs_around, failed
+from syncengine.restore.fetch import Done, local_state
 from syncengine.restore.parallel import Outcome, execute_all
 
 log = logging.getLogger("syncengine")
@@ -174,9 +175,16 @@ def _parent_is_entry(path: str, paths: set[str]) -> bool:
 
 
 def run(
-    state: AdapterState, actions: list[RestoreAction], *, jobs: int, progress: Reporter = SILENT
+    state: AdapterState,
+    actions: list[RestoreAction],
+    *,
+    jobs: int,
+    progress: Reporter = SILENT,
+    new_only: bool = False,
+    save: bool = True,
 ) -> AdapterReport:
-    """Carry out a restore plan for one adapter."""
+    """Carry out a restore plan for one adapter; `new_only`: a background batch (later.py,
+    which says what it means); `save`: the index too (a batch leaves it to the last one)."""
     errors: list[PathError] = []
     restored: list[Done] = []
     counts: Counter[str] = Counter()  # kept, unchanged, links, skipped, newer, dbs, db_bytes
@@ -186,10 +194,13 @@ def run(
     databases = [a for a in actions if isinstance(a, RestoreDB)]
     dirs = [a for a in actions if isinstance(a, MakeDir)]
     made: dict[str, int] = {}
+    reached: list[str] = []
     unrecorded = recorded.unrecorded_possible(
         state.staging_marker, lambda: index.meta, int(index.meta.get("manifest_seq", 0))
     )
-    packs = packed.reader(state.store, [a.entry for a in fetches if isinstance(a, Fetch)])
+    # A background batch reads plain objects: listing the packs and spanning whole packs
+    # for files scattered by age would cost each batch more than it saves.
+    packs = None if new_only else packed.reader(state.store, [a.entry for a in fetches])
     meter = progress.start(
         "restore", state.name, len(fetches), sum(a.entry.size or 0 for a in fetches)
     )
@@ -197,25 +208,24 @@ def run(
         with (
             DirCache(state.live, create=True) as live,
             state.store.batch(),
-            _dirs_around(state, dirs, live, made, errors),
-            closing(execute_all(fetches, live, state, jobs, unrecorded, packs)) as results,
+            dirs_around(state, dirs, live, made, errors),
+            closing(
+                execute_all(fetches, live, state, jobs, unrecorded, packs, new_only)
+            ) as results,
         ):
             for action, result in results:
                 meter.advance(1, action.entry.size or 0)
+                reached.append(action.entry.path)
+                if new_only and isinstance(result, KeepLocal):
+                    counts["kept"] += 1  # written meanwhile: its pending record stays dirty
+                    continue
                 _collect(state, action, result, restored, errors, counts)
             for db in databases:
                 _restore_db(state, db, live, unrecorded, errors, counts)
     except DurableError as exc:
         fatal = str(exc)
     meter.finish()
-    if counts["newer"]:  # the manifest is behind the durable side: the next pass writes a base
-        checkpoint.mark_unrecorded(state)
-    _settle_unplaced(state, actions, errors, counts)
-    _record(index, restored)
-    for path, mode in made.items():  # as they are now: a mode that could not be set is
-        index.record_dir(path, mode)  # not recorded as the manifest's, so it is kept there
-    if index.changed:
-        index.save(state.index_path)
+    _keep(state, actions, restored, made, errors, counts, reached if new_only else None, save)
     files = [e for e, _, _ in restored if e.kind != "symlink"]
     return AdapterReport(
         name=state.name,
@@ -229,6 +239,30 @@ def run(
         errors=tuple(errors),
         fatal=fatal,
     )
+
+
+def _keep(
+    state: AdapterState,
+    actions: list[RestoreAction],
+    restored: list[Done],
+    made: dict[str, int],
+    errors: list[PathError],
+    counts: Counter[str],
+    settled: list[str] | None,
+    save: bool,
+) -> None:
+    """What the restore did goes into the index (`settled`: paths no longer pending)."""
+    index = state.index
+    if counts["newer"]:  # the manifest is behind the durable side: the next pass writes a base
+        checkpoint.mark_unrecorded(state)
+    _settle_unplaced(state, actions, errors, counts)
+    _record(index, restored)
+    if settled is not None:
+        pending.settle(index, set(settled) - {e.path for e in errors})
+    for path, mode in made.items():  # as they are now: a mode that could not be set is
+        index.record_dir(path, mode)  # not recorded as the manifest's, so it is kept there
+    if index.changed and save:
+        index.save(state.index_path)
 
 
 def _restore_db(
@@ -247,7 +281,7 @@ def _restore_db(
             db, live, state.store, state.sqlite, unrecorded=unrecorded
         )
     except SourceError as exc:
-        _failed(state, db.entry.path, exc, errors)
+        failed(state, db.entry.path, exc, errors)
         return
     sqlite_restore.record(state.index, db, outcome, state.sqlite_patterns)
     counts["kept"] += outcome.kept
@@ -266,7 +300,7 @@ def _settle_unplaced(
     for other in actions:
         if isinstance(other, KeepLocal):
             counts["unchanged" if other.same else "kept"] += other.entry.kind != "dir"
-            _seed(state.index, other.entry)
+            seed_entry(state.index, other.entry)
         elif isinstance(other, Reject):
             errors.append(PathError(state.name, other.entry.path, "restore", other.reason))
             log.warning(
@@ -276,50 +310,6 @@ def _settle_unplaced(
                 other.reason,
                 extra={"event": "restore.refused"},
             )
-
-
-@contextmanager
-def _dirs_around(
-    state: AdapterState,
-    dirs: list[MakeDir],
-    live: DirCache,
-    made: dict[str, int],
-    errors: list[PathError],
-) -> Iterator[None]:
-    """Make the missing directories (shallowest first) before the files are placed, and
-    set the modes that would have kept restore out of them after (deepest first: a
-    directory's descendants before it), even when the durable side stopped the run."""
-    _make_dirs(state, sorted(dirs, key=lambda a: a.entry.path), live, made, errors, last=False)
-    try:
-        yield
-    finally:
-        late = [a for a in dirs if a.deferred and a.entry.path in made]
-        _make_dirs(
-            state,
-            sorted(late, key=lambda a: a.entry.path, reverse=True),
-            live,
-            made,
-            errors,
-            last=True,
-        )
-
-
-def _make_dirs(
-    state: AdapterState,
-    dirs: list[MakeDir],
-    live: DirCache,
-    made: dict[str, int],
-    errors: list[PathError],
-    *,
-    last: bool,
-) -> None:
-    for action in dirs:
-        try:
-            made[action.entry.path] = make_dir(
-                action.entry, live, set_mode=last or not action.deferred
-            )
-        except SourceError as exc:  # made owner-only, if at all: recorded as it is
-            _failed(state, action.entry.path, exc, errors)
 
 
 def _collect(
@@ -335,11 +325,11 @@ def _collect(
         counts["newer"] += result[0] is not action.entry and result[0].kind == "file"
     elif isinstance(result, KeepLocal):  # a log: its chain is not newer
         counts["unchanged" if result.same else "kept"] += 1
-        _seed(state.index, result.entry)
+        seed_entry(state.index, result.entry)
     elif isinstance(result, Vanished):
         counts["skipped"] += 1
     else:
-        _failed(state, action.entry.path, result, errors)
+        failed(state, action.entry.path, result, errors)
 
 
 def _record(index: Index, restored: list[Done]) -> None:
@@ -369,18 +359,7 @@ def _record(index: Index, restored: list[Done]) -> None:
         )
 
 
-def _failed(state: AdapterState, path: str, exc: SourceError, errors: list[PathError]) -> None:
-    errors.append(PathError(state.name, path, exc.operation, exc.reason))
-    log.warning(
-        "restore.failed adapter=%s path=%s error=%s",
-        state.name,
-        path,
-        exc.reason,
-        extra={"event": "restore.failed"},
-    )
-
-
-def _seed(index: Index, entry: Entry) -> None:
+def seed_entry(index: Index, entry: Entry) -> None:
     """Tell the index what the durable side holds for a path restore left alone.
 
     The record is marked dirty, so the next checkpoint hashes the local file
