@@ -375,8 +375,7 @@ class Passes:
     def restore_batch(
         self, spec: AdapterSpec, batch: list[Fetch], *, save: bool = True
     ) -> AdapterReport:
-        """One batch of an adapter's background restore (the caller holds the state lock);
-        `save`: the index too."""
+        """One batch of a background restore (caller holds the lock); `save`: the index."""
         from syncengine.restore import later
 
         try:
