@@ -226,9 +226,20 @@ def run(
         fatal = str(exc)
     meter.finish()
     _keep(state, actions, restored, made, errors, counts, reached if new_only else None, save)
+    return _report(state.name, restored, made, errors, counts, fatal)
+
+
+def _report(
+    name: str,
+    restored: list[Done],
+    made: dict[str, int],
+    errors: list[PathError],
+    counts: Counter[str],
+    fatal: str | None,
+) -> AdapterReport:
     files = [e for e, _, _ in restored if e.kind != "symlink"]
     return AdapterReport(
-        name=state.name,
+        name=name,
         files=len(files) + counts["dbs"],
         bytes=sum(e.size for e in files) + counts["db_bytes"],
         unchanged=counts["unchanged"],
