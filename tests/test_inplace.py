@@ -26,7 +26,7 @@ from tests.readgate import ReadGate, offset
 pytestmark = pytest.mark.s3
 
 CODEX = "codex-home"
-SIZE = 64 * 2**20  # sparse: cheap to create, and many chunks to copy
+SIZE = 64 * 2**20  # many chunks to copy
 MARK = 4096
 
 REWRITE = r"""
@@ -40,12 +40,11 @@ os.close(fd)
 
 
 def _version(path: os.PathLike[str], fill: bytes) -> None:
+    """Data all the way (no holes: a sparse file's copy would skip from its first data
+    to its last, fs/sparse.py, and read no chunk in between)."""
     with open(path, "r+b") as f:
-        f.truncate(SIZE)
-        f.seek(0)
-        f.write(fill * MARK)
-        f.seek(SIZE - MARK)
-        f.write(fill * MARK)
+        f.truncate(0)
+        f.write(fill * SIZE)
 
 
 def test_rewrite_in_place_during_the_copy_keeps_the_previous_durable_copy(
