@@ -81,6 +81,7 @@ TOP_KEYS = frozenset(
         "metrics_address",
         "key_file",
         "secrets",
+        "encrypt",
     }
 )
 DEFAULT_INTERVAL = 15.0
@@ -236,6 +237,7 @@ def config_from_dict(
     home = _home(layers, s3) if layers.has("home", "HOME") else None
     require_mount = sections.require_mount(layers)
     specs = adapter_specs(layers, builtin_adapters(), local_root, durable_root, s3)
+    specs = encryption.modes(layers, specs)
     check_overlaps(specs, state_dir, functools.partial(s3_location.display, s3))
     write_back, rclone_rc = sections.write_back(layers)
     metrics_address = sections.metrics_address(layers)
