@@ -238,6 +238,15 @@ class Tree:
         return path
 
 
+def objects_holding(root: Path | S3Path, needle: str) -> list[str]:
+    """Every durable object under `root` (a directory, or an S3 prefix) holding `needle`."""
+    if isinstance(root, Path):
+        found = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    else:
+        found = root.files(skip=None)
+    return sorted(name for name, data in found.items() if needle.encode() in data)
+
+
 def _diff(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
     return {
         k: after.get(k, 0) - before.get(k, 0)

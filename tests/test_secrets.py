@@ -25,7 +25,7 @@ from syncengine.durable import manifest
 from syncengine.errors import ConfigError
 from syncengine.local import behind
 from syncengine.local.index import Index
-from tests.conftest import CliRunner, EngineFactory, Tree
+from tests.conftest import CliRunner, EngineFactory, Tree, objects_holding
 
 TOKEN = "sk-live-TOKEN-5f1e0c9a7b"
 OTHER = "oauth-OTHER-77aa01"
@@ -46,15 +46,6 @@ def _login(tree: Tree) -> None:
     tree.write("codex-home/sessions/rollout-1.jsonl", '{"turn": 1}\n')
 
 
-def _hits(root: Any, needle: str) -> list[str]:
-    """Every durable object under `root` (a directory, or an S3 prefix) holding `needle`."""
-    if isinstance(root, Path):
-        found = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-    else:
-        found = root.files(skip=None)
-    return sorted(name for name, data in found.items() if needle.encode() in data)
-
-
 def _durable(tree: Tree) -> Path:
     return tree.backing / "state/codex"
 
@@ -66,8 +57,8 @@ def test_secret_files_are_sealed_in_the_bucket_and_restored_with_the_key(
     key = _key_file(tree, "key", keys.generate())
     _login(tree)
     assert engine(RAW, SYNCENGINE_KEY_FILE=str(key)).checkpoint().ok
-    assert _hits(tree.raw, TOKEN) == [] and _hits(tree.raw, OTHER) == []
-    assert _hits(tree.raw, "hello")  # everything else stays a plain, readable object
+    assert objects_holding(tree.raw, TOKEN) == [] and objects_holding(tree.raw, OTHER) == []
+    assert objects_holding(tree.raw, "hello")  # everything else stays a plain, readable object
     before = {p: (tree.local / "codex-home" / p).read_bytes() for p in ("auth.json",)}
     for path in tree.local.glob("codex-home/*"):
         if path.is_file():
@@ -142,7 +133,7 @@ def test_turning_encryption_on_then_rotating_the_key(
 ) -> None:
     _login(tree)
     assert engine(RAW).checkpoint().ok  # no key: stored plain, as before
-    assert _hits(tree.data, TOKEN)
+    assert objects_holding(tree.data, TOKEN)
     old = keys.generate()
     key = _key_file(tree, "key", old)
     verify = engine(RAW, SYNCENGINE_KEY_FILE=str(key)).verify(sample=100)
@@ -152,7 +143,7 @@ def test_turning_encryption_on_then_rotating_the_key(
         "auth.json",
     ]
     assert engine(RAW, SYNCENGINE_KEY_FILE=str(key)).checkpoint().ok  # republished sealed
-    assert _hits(tree.data, TOKEN) == [] and _hits(tree.data, OTHER) == []
+    assert objects_holding(tree.data, TOKEN) == [] and objects_holding(tree.data, OTHER) == []
     assert engine(RAW, SYNCENGINE_KEY_FILE=str(key)).verify(sample=100).ok
     # rotation: a new first key; the old one still opens what it sealed
     new = keys.generate()
@@ -203,12 +194,14 @@ def test_gc_collects_the_plain_copy_on_a_mount_without_rename(
     assert make().checkpoint().ok
     clock.now += 10**9
     assert make(SYNCENGINE_KEY_FILE=str(key)).checkpoint().ok
-    assert _hits(mount.backing, TOKEN)  # the plain version stays for gc
+    assert objects_holding(mount.backing, TOKEN)  # the plain version stays for gc
     report = make(SYNCENGINE_KEY_FILE=str(key)).gc(apply=True)
-    assert report.ok and _hits(mount.backing, TOKEN)  # within the grace period
+    assert report.ok and objects_holding(mount.backing, TOKEN)  # within the grace period
     clock.now += 8 * 86400 * 10**9
     assert make(SYNCENGINE_KEY_FILE=str(key)).gc(apply=True).ok
-    assert _hits(mount.backing, TOKEN) == [] and _hits(mount.backing, OTHER) == []
+    assert (
+        objects_holding(mount.backing, TOKEN) == [] and objects_holding(mount.backing, OTHER) == []
+    )
     (tree.local / "codex-home/auth.json").unlink()
     assert make(SYNCENGINE_KEY_FILE=str(key)).restore().ok
     assert TOKEN in (tree.local / "codex-home/auth.json").read_text()
@@ -224,7 +217,7 @@ def test_a_secret_that_is_also_a_log_is_sealed_whole(tree: Tree, engine: EngineF
     with log.open("a") as f:
         f.write(f'{{"said": "{OTHER}"}}\n')
     assert engine(raw, SYNCENGINE_KEY_FILE=str(key)).checkpoint(final=True).ok
-    assert _hits(tree.data, TOKEN) == [] and _hits(tree.data, OTHER) == []
+    assert objects_holding(tree.data, TOKEN) == [] and objects_holding(tree.data, OTHER) == []
     content = log.read_bytes()
     log.unlink()
     assert engine(raw, SYNCENGINE_KEY_FILE=str(key)).restore().ok

@@ -9,7 +9,9 @@ bytes: it is discarded before the rename, the previous durable copy stays,
 as clean; a file whose content hash equals the published one is not copied
 at all.  A file that starts with the SQLite header is refused when asked
 (`SQLiteFile`: snapshot it instead).  `OSError` on the source becomes
-`SourceError`; on the durable side, `DurableError`.
+`SourceError`; on the durable side, `DurableError`.  With `seal` (a key and the
+``ADAPTER/PATH`` name) the bytes go through `syncengine.crypt.chunked.Sealer`
+on their way: sealed in 64 KiB chunks, never held whole (docs/SECRETS.md).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 
 import attrs
 
+from syncengine.crypt.chunked import Sealer
+from syncengine.crypt.keys import Key
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import Store
 from syncengine.fs.stream import hash_file, open_source, stream
@@ -83,6 +87,7 @@ def upload(
     dest: str | None = None,
     sniff_sqlite: bool = False,
     recent_ns: int | None = None,
+    seal: tuple[Key, str] | None = None,
 ) -> Copied:
     """Publish one live file to the store unless its content is already there.
 
@@ -95,6 +100,7 @@ def upload(
     """
     src = f"{live_root}/{relpath}"
     dest = dest or relpath
+    fp = seal[0].fingerprint if seal is not None else None
     fd, st = open_source(src)
     try:
         if sniff_sqlite and st.st_size >= files.MIN_SIZE and files.starts_with_header(fd):
@@ -110,16 +116,23 @@ def upload(
                     st.st_mtime_ns,
                     sig(st),
                     raced=sig(after) != sig(st),
+                    sealed=fp,
                 )
             os.lseek(fd, 0, os.SEEK_SET)
         # committed with the source's mode and mtime (CommitRefused: not written)
         with store.writer(dest, mode=st.st_mode, mtime_ns=st.st_mtime_ns) as out:
-            size, h = stream(fd, st.st_size, out.write, src_name=src, dst_name=store.where(dest))
+            sealer = Sealer(*seal, out.write) if seal is not None else None
+            sink = sealer.write if sealer is not None else out.write
+            size, h = stream(fd, st.st_size, sink, src_name=src, dst_name=store.where(dest))
+            if sealer is not None:
+                sealer.end()
             raced = _check_copy(fd, st, size, h, recent_ns, relpath=relpath, src=src)
         obj = out.object
     finally:
         os.close(fd)
-    return Copied(True, size, h, st.st_mode, st.st_mtime_ns, sig(st), raced=raced, object=obj)
+    return Copied(
+        True, size, h, st.st_mode, st.st_mtime_ns, sig(st), raced=raced, object=obj, sealed=fp
+    )
 
 
 def _check_copy(

@@ -104,6 +104,7 @@ def _upload(state: AdapterState, item: Upload, sniff: bool, recent: int) -> Copi
             item.path,
             secrets,
             known_hash=known.hash64 if known and not stale else None,
+            known_size=known.size if known else None,
             sniff_sqlite=sniff,
             recent_ns=recent,
         )

@@ -20,6 +20,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 # apsw and tempfile are imported in the functions that use them (here and in the
 # sqlite_* modules): most checkpoint passes never open a database, and every CLI call
@@ -32,14 +33,19 @@ from syncengine.checkpoint.sqlite_backup import (
     sweep_staging,
     wal_sig,
 )
+from syncengine.crypt import chunked
+from syncengine.crypt.keys import Key
+from syncengine.crypt.sealed import SealError
+from syncengine.crypt.secrets import SEALED, Secrets, sealed_with
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import Store
 from syncengine.fs.stream import stream
 from syncengine.local.index import DIRTY, Index
 from syncengine.plan import Snapshot
-from syncengine.sqlite.check import Verdict, check
+from syncengine.sqlite.check import CheckFailed, Verdict, check
 from syncengine.sqlite.files import LISTED, find_databases
 
+Seal = tuple[Key, str] | None  # a key and the ``ADAPTER/PATH`` name: sealed, else plain
 log = logging.getLogger("syncengine")
 
 CHECKPOINT_DIR = "checkpoints"
@@ -83,7 +89,12 @@ def plan_databases(live: Path, patterns: Sequence[str], index: Index) -> list[Sn
 
 
 def check_durable_copy(
-    durable: Store, relpath: str, scratch: Path, timeout: float = 2.0
+    durable: Store,
+    relpath: str,
+    scratch: Path,
+    entry: Entry | None = None,
+    secrets: Secrets | None = None,
+    timeout: float = 2.0,
 ) -> tuple[int, int, Verdict]:
     """(bytes, xxh3_64, verdict) of a durable snapshot, checked on a local temp copy.
 
@@ -95,18 +106,33 @@ def check_durable_copy(
     scratch.mkdir(parents=True, exist_ok=True)
     with durable.open(relpath) as src, tempfile.TemporaryDirectory(dir=scratch) as tmpdir:
         local = os.path.join(tmpdir, "snapshot.db")
-        with open(local, "wb") as out:
-            n, h = stream(src.file, None, out.write, src_name=relpath, dst_name=local)
+        try:
+            path, extra = (entry.path, entry.extra) if entry is not None else (relpath, None)
+            plain = chunked.of_entry(src.file, secrets, path, extra)
+            with open(local, "wb") as out:
+                n, h = stream(plain, None, out.write, src_name=relpath, dst_name=local)
+        except SealError as exc:
+            raise CheckFailed(str(exc)) from None
         return n, h, check(local, timeout=timeout)
 
 
-def publish(
-    store: Store, staged: Staged, index: Index, *, listed: bool, recent_after_ns: int
-) -> Published:
-    """Publish a staged snapshot unless equal to the last one; the staged copy is removed."""
-    relpath, st, wal = staged.relpath, staged.st, staged.wal
+def _before(index: Index, relpath: str, seal: Seal) -> tuple[Any, dict[str, Any]]:
+    """The index record and extras of the last snapshot (no extras: publish it again, as
+    when it is plain and is sealed now, or sealed with another key)."""
     rec = index.get(relpath)
-    extra_before = index.extras.get(relpath, {}) if rec and rec.kind == "sqlite" else {}
+    extra = index.extras.get(relpath, {}) if rec and rec.kind == "sqlite" else {}
+    if sealed_with(extra) != (seal[0].fingerprint if seal else None):
+        extra = {}
+    return rec, extra
+
+
+def publish(
+    store: Store, staged: Staged, index: Index, *, listed: bool, recent_after_ns: int, seal: Seal
+) -> Published:
+    """Publish a staged snapshot unless equal to the last one (sealed with `seal`: a key
+    and the ``ADAPTER/PATH`` name); the staged copy is removed."""
+    relpath, st, wal = staged.relpath, staged.st, staged.wal
+    rec, extra_before = _before(index, relpath, seal)
     mtime = max(st.st_mtime_ns, wal[1] if wal else 0)
     try:
         copied = upload(
@@ -116,9 +142,11 @@ def publish(
             known_hash=rec.hash64 if extra_before and rec else None,
             known_size=extra_before.get("size"),
             dest=object_name(relpath),
+            seal=seal,
         )
     finally:
         remove_set(staged.path)
+    mark = {SEALED: copied.sealed} if copied.sealed else {}
     dirty = staged.raced or mtime >= recent_after_ns
     now = time.time_ns()
     snapshot_ns = now if copied.published else extra_before.get("snapshot_ns", now)
@@ -135,6 +163,7 @@ def publish(
         "snapshot_ns": snapshot_ns,
         "_wal": wal,
         LISTED: listed,
+        **mark,
     }
     entry = Entry(
         relpath,
@@ -144,7 +173,7 @@ def publish(
         st.st_mode & 0o7777,
         copied.hash64,
         object=obj,
-        extra={"snapshot_ns": snapshot_ns},
+        extra={"snapshot_ns": snapshot_ns, **mark},
     )
     if copied.published:
         log.info(

@@ -129,8 +129,12 @@ def publish(
 ) -> Published | Exception:
     if isinstance(staged, Exception):
         return staged
+    secrets = state.secrets
+    seal = None
+    if secrets is not None and secrets.keys is not None and secrets.seals(db.path):
+        seal = (secrets.keys.writer, secrets.name(db.path))
     return sqlite.publish(
-        state.store, staged, state.index, listed=db.listed, recent_after_ns=recent
+        state.store, staged, state.index, listed=db.listed, recent_after_ns=recent, seal=seal
     )
 
 

@@ -311,12 +311,18 @@ def adapter_lines(a: dict[str, Any], running: bool) -> list[str]:
 def _secret_lines(secrets: dict[str, Any]) -> list[str]:
     """Which secret files are encrypted, by key fingerprint, and which are still plain."""
     out = [
-        f"    encrypted with key {fp}: {', '.join(paths)}"
+        f"    encrypted with key {fp}: {_some(paths)}"
         for fp, paths in (secrets.get("sealed") or {}).items()
     ]
     if secrets.get("plain"):
-        out.append(f"    secret file(s) stored plain: {', '.join(secrets['plain'])}")
+        out.append(f"    secret file(s) stored plain: {_some(secrets['plain'])}")
     return out
+
+
+def _some(paths: list[str], shown: int = 5) -> str:
+    """Up to `shown` paths, then how many more (``encrypt = "all"`` seals every file)."""
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    return ", ".join(paths[:shown]) + more
 
 
 def _last_checkpoint(a: dict[str, Any]) -> str:

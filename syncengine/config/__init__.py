@@ -83,6 +83,7 @@ TOP_KEYS = frozenset(
         "secrets",
         "restore",
         "restore_order",
+        "encrypt",
     }
 )
 DEFAULT_INTERVAL = 15.0
@@ -240,6 +241,7 @@ def config_from_dict(
     require_mount = sections.require_mount(layers)
     specs = adapter_specs(layers, builtin_adapters(), local_root, durable_root, s3)
     specs = sections.restore_order(layers, specs)
+    specs = encryption.modes(layers, specs)
     check_overlaps(specs, state_dir, functools.partial(s3_location.display, s3))
     write_back, rclone_rc = sections.write_back(layers)
     confirm = layers.number("confirm_timeout", default=DEFAULT_CONFIRM_TIMEOUT)

@@ -40,6 +40,7 @@ ADAPTER_KEYS = frozenset(
         "sqlite",
         "segments",
         "secrets",
+        "encrypt",
         "migrate",
         "live_env",
         "durable_env",
@@ -89,6 +90,7 @@ class AdapterSpec:
     sqlite: tuple[str, ...] = ()
     segments: tuple[str, ...] = ()  # append-only logs, stored as immutable segments
     secrets: tuple[str, ...] = ()  # sealed before they leave the machine (docs/SECRETS.md)
+    encrypt: str = "secrets"  # "all": every file sealed (config.encryption.modes)
     migrate: tuple[MigrateStep, ...] = ()  # steps of `syncengine migrate`
     description: str = ""
     origin: str = ""
@@ -225,6 +227,7 @@ def adapter_spec(
         sqlite=lists["sqlite"],
         segments=lists["segments"],
         secrets=lists["secrets"],
+        encrypt=table.get("encrypt", ""),
         migrate=migrate_steps(table.get("migrate", []), f"{origin}: adapter {name!r}"),
         description=str(table.get("description", "")),
         origin=origin,

@@ -7,19 +7,38 @@ the config file's own text.  The key is parsed into a `Keyring` here, so a bad
 or unreadable key is a `ConfigError` before anything runs, and the message
 names the file and the line, never a key (the ``[secrets]`` table, patterns added
 to an adapter's own, is `layers.add_secrets`'s).  Read by
-`syncengine.config.config_from_dict` only.
+`syncengine.config.config_from_dict` only.  `modes` resolves each adapter's
+``encrypt`` ("secrets", the default, or "all": every file sealed).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
+from syncengine.config.adapterspec import AdapterSpec
 from syncengine.config.layers import Layers
 from syncengine.crypt import sealed
 from syncengine.crypt.keys import KeyTextError, parse
 from syncengine.errors import ConfigError
 
 KEY_ENV = "SYNCENGINE_KEY"
+ENCRYPT_MODES = ("secrets", "all")
+
+
+def modes(layers: Layers, specs: tuple[AdapterSpec, ...]) -> tuple[AdapterSpec, ...]:
+    """`specs` with ``encrypt`` resolved: an adapter's own, else the top-level key's,
+    else "secrets" (only the secret files are sealed); "all" seals every file."""
+    default = layers.get("encrypt", None, "secrets")
+    out = []
+    for spec in specs:
+        mode = spec.encrypt or default
+        if mode not in ENCRYPT_MODES:
+            where = f"adapter {spec.name!r}" if spec.encrypt else layers.sources["encrypt"]
+            raise ConfigError(f'{where}: encrypt must be "secrets" or "all", not {mode!r}')
+        out.append(attrs.evolve(spec, encrypt=mode))
+    return tuple(out)
 
 
 def keyring(layers: Layers) -> dict[str, Any]:

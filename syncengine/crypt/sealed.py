@@ -63,6 +63,18 @@ def seal(key: Key, plaintext: bytes, name: str) -> bytes:
     return header + bytes(_aesgcm()(key.raw).encrypt(nonce, plaintext, header + name.encode()))
 
 
+def key_for(keys: Keyring | None, fp: bytes) -> Key:
+    """The key of fingerprint `fp` (raw bytes); raise `SealError` saying what to set."""
+    key = keys.find(fp) if keys is not None else None
+    if key is None:
+        have = "no key is configured" if keys is None else "the configured keys do not include it"
+        raise SealError(
+            f"encrypted with key {fp.hex()} and {have}",
+            "set SYNCENGINE_KEY_FILE (or key_file) to a key file holding that key",
+        )
+    return key
+
+
 def unseal(keys: Keyring | None, data: bytes, name: str) -> bytes:
     """The plaintext of the sealed object `data` named `name`; raise `SealError`.
 
@@ -78,14 +90,7 @@ def unseal(keys: Keyring | None, data: bytes, name: str) -> bytes:
             "checkpoint the file again from a machine that has it",
         )
     header = data[:HEADER_BYTES]
-    fp = header[len(MAGIC) + 1 : len(MAGIC) + 1 + FINGERPRINT_BYTES]
-    key = keys.find(fp) if keys is not None else None
-    if key is None:
-        have = "no key is configured" if keys is None else "the configured keys do not include it"
-        raise SealError(
-            f"encrypted with key {fp.hex()} and {have}",
-            "set SYNCENGINE_KEY_FILE (or key_file) to a key file holding that key",
-        )
+    key = key_for(keys, header[len(MAGIC) + 1 : len(MAGIC) + 1 + FINGERPRINT_BYTES])
     from cryptography.exceptions import InvalidTag
 
     try:
@@ -108,6 +113,7 @@ __all__ = [
     "OVERHEAD",
     "SealError",
     "is_sealed",
+    "key_for",
     "require",
     "seal",
     "unseal",

@@ -1,6 +1,7 @@
 """Which of an adapter's files are secret, and the rules every stage applies to them.
 
-Owns `Secrets` (an adapter's ``secrets`` patterns, compiled, and the keyring:
+Owns `Secrets` (an adapter's ``secrets`` patterns, compiled, or every path
+with ``encrypt = "all"``, and the keyring:
 whether a path is sealed when published, and under which name) and the
 manifest mark of a sealed entry (``"sealed": FINGERPRINT``, `SEALED`), so
 checkpoint, restore, verify, gc and status read one rule.  `may_pack` is the
@@ -28,6 +29,7 @@ class Secrets:
     adapter: str
     patterns: tuple[str, ...] = ()
     keys: Keyring | None = None
+    everything: bool = False  # ``encrypt = "all"``: every path is sealed
     matcher: Matcher = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -35,6 +37,8 @@ class Secrets:
 
     def secret(self, path: str) -> bool:
         """Whether `path` (relative, `/`-separated) matches the adapter's secrets."""
+        if self.everything:
+            return True
         return bool(self.patterns) and self.matcher.excluded(path, False)
 
     def seals(self, path: str) -> bool:
@@ -62,10 +66,13 @@ class Named(Protocol):
     @property
     def secrets(self) -> tuple[str, ...]: ...
 
+    @property
+    def encrypt(self) -> str: ...
+
 
 def of_adapters(specs: Iterable[Named], keys: Keyring | None) -> dict[str, Secrets]:
     """Each adapter's `Secrets`, by name."""
-    return {s.name: Secrets(s.name, s.secrets, keys) for s in specs}
+    return {s.name: Secrets(s.name, s.secrets, keys, s.encrypt == "all") for s in specs}
 
 
 def sealed_with(extra: Mapping[str, Any] | None) -> str | None:

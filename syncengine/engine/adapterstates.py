@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from syncengine.config import AdapterSpec
-from syncengine.crypt.secrets import Secrets
+from syncengine.crypt.secrets import of_adapters
 from syncengine.durable.manifest import Fence
 from syncengine.durable.posix import probe
 from syncengine.engine.context import Context
@@ -68,10 +68,12 @@ class AdapterStates:
                 self.unseeded.add(spec.name)
             self.indexes[spec.name] = index
         state_dir, keys = self.config.state_dir, self.config.keys
+        secrets = of_adapters([spec], keys)[spec.name] if spec.secrets or keys else None
         options = files.Options(
             staging=state_dir / "sqlite-staging",
             quarantine=state_dir / "sqlite-quarantine",
             busy_timeout=self.config.sqlite_busy_timeout,
+            secrets=secrets,
         )
         return AdapterState(
             name=spec.name,
@@ -85,7 +87,7 @@ class AdapterStates:
             sqlite_patterns=spec.sqlite,
             notices=self.ctx.notices,
             fence=self.fence(spec.name),
-            secrets=Secrets(spec.name, spec.secrets, keys) if spec.secrets or keys else None,
+            secrets=secrets,
         )
 
     def adapter_state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:

@@ -32,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from syncengine.crypt import sealed
+from syncengine.crypt import chunked
 from syncengine.crypt.secrets import sealed_with
 from syncengine.durable.chain import chain_dir, parse
 from syncengine.durable.manifest import COMPACT_AFTER, Entry
@@ -127,7 +127,7 @@ def _record(
         return {
             "kind": entry.kind,
             "object": entry.location,
-            "size": entry.size + (sealed.OVERHEAD if sealed_with(entry.extra) else 0),
+            "size": chunked.sealed_size(entry.size) if sealed_with(entry.extra) else entry.size,
             "mtime_ns": entry.mtime_ns if keeps_mtime else None,
             "instance": instance,
         }

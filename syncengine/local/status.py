@@ -18,7 +18,7 @@ from typing import Any
 
 from syncengine.config import AdapterSpec, Config
 from syncengine.config import s3location as s3_location
-from syncengine.crypt.secrets import Secrets, sealed_with
+from syncengine.crypt.secrets import Secrets, of_adapters, sealed_with
 from syncengine.durable.posix import mount, probe
 from syncengine.fs import savefile
 from syncengine.local.index import Index
@@ -177,7 +177,7 @@ def gather(config: Config, matchers: Mapping[str, Matcher], now_ns: int) -> dict
                 "indexed_files": len(idx) if idx is not None else 0,
                 "unconfirmed": len(idx.meta.get("unconfirmed") or {}) if idx is not None else 0,
                 "databases": _databases(idx) if idx is not None else [],
-                "secrets": _secrets(Secrets(spec.name, spec.secrets, cfg.keys), idx),
+                "secrets": _secrets(of_adapters([spec], cfg.keys)[spec.name], idx),
                 # a running count of everything ever published was shown next to the
                 # indexed files and read as their number (issue 28): no longer kept
                 **{k: v for k, v in st.items() if k not in _DROPPED},

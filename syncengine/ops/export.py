@@ -14,16 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-import xxhash
-
 from syncengine.config import Config
-from syncengine.crypt import sealed
+from syncengine.crypt import chunked, sealed
 from syncengine.crypt.secrets import Secrets, sealed_with
 from syncengine.durable import chainread
 from syncengine.durable.manifest import Entry
 from syncengine.durable.manifest import load as load_manifest
 from syncengine.durable.store import Store
 from syncengine.errors import ConfigError, SourceError
+from syncengine.fs.stream import stream
 
 
 def export(
@@ -74,12 +73,11 @@ def export(
 def _unsealed(store: Store, entry: Entry, secrets: Secrets, out: BinaryIO) -> int:
     """Write a sealed file's plaintext; SourceError when it cannot be opened or differs."""
     with store.open(entry.location) as src:
-        data = src.file.read()
-    try:
-        plain = sealed.unseal(secrets.keys, data, secrets.name(entry.path))
-    except sealed.SealError as exc:
-        raise SourceError(entry.path, "export", f"{exc.why}: {exc.fix}") from None
-    if entry.hash is not None and xxhash.xxh3_64_intdigest(plain) != entry.hash:
+        try:
+            plain = chunked.reader(src.file, secrets.keys, secrets.name(entry.path), marked=True)
+            n, h = stream(plain, None, out.write, src_name=entry.location)
+        except sealed.SealError as exc:
+            raise SourceError(entry.path, "export", f"{exc.why}: {exc.fix}") from None
+    if entry.hash is not None and h != entry.hash:
         raise SourceError(entry.path, "export", "the opened copy differs from its manifest hash")
-    out.write(plain)
-    return len(plain)
+    return n

@@ -7,9 +7,10 @@ local temp file and checked as checkpoint and restore check it.  A copy that
 differs from its entry is judged by restore's rule (`recorded.judge`, with
 `Unrecorded` asking whether an interrupted checkpoint may have left a newer
 one).  Walking the manifest, sampling, resuming and reporting are
-`syncengine.ops.verify`'s.  A secret file (docs/SECRETS.md) is read whole and
-opened with the adapter's keys, as restore opens it; with a key configured, a
-secret file the manifest records plain is a problem (`PLAIN_SECRET`).  Never
+`syncengine.ops.verify`'s.  A secret file (docs/SECRETS.md) is read back and
+opened with the adapter's keys as a stream, as restore opens it; with a key
+configured, a secret file the manifest records plain is a problem
+(`PLAIN_SECRET`), and with ``encrypt = "all"`` any entry recorded plain.  Never
 writes to the durable side.
 """
 
@@ -19,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import xxhash
 
 from syncengine.checkpoint import sqlite
-from syncengine.crypt import sealed
+from syncengine.crypt import chunked, sealed
 from syncengine.crypt.secrets import Secrets, sealed_with
 from syncengine.durable import chain, chainread, recorded
 from syncengine.durable.manifest import Entry
@@ -107,7 +107,8 @@ class EntryChecker:
             if entry.kind in ("symlink", "dir"):
                 return [], None  # recorded in the manifest only: no durable object
             if entry.kind == "segments":
-                return _check_chain(self.store, entry, sample, self.notes)
+                found = _check_chain(self.store, entry, sample, self.notes)
+                return self._plain_in_all(entry) + found[0], found[1]
             if entry.kind == "file":
                 return self._file(entry, sample)
             if entry.kind == "sqlite":
@@ -152,28 +153,32 @@ class EntryChecker:
             return [f"cannot read: {exc}"], None
         return self._judged(entry, entry.location, n, st, h), n
 
+    def _plain_in_all(self, entry: Entry) -> list[str]:
+        """`PLAIN_SECRET` for an entry not sealed in an ``encrypt = "all"`` tree."""
+        s = self.secrets
+        plain = s is not None and s.everything and s.keys is not None
+        return [PLAIN_SECRET] if plain and not sealed_with(entry.extra) else []
+
     def _secret(
         self, entry: Entry, st: ObjectInfo, secrets: Secrets | None
     ) -> tuple[list[str], int | None]:
-        """A secret file's object, always read (it is small): opened, then judged as any."""
-        try:
-            with self.store.open(entry.location) as obj:
-                data = obj.file.read()
-        except DurableError as exc:
-            return [f"cannot read: {exc}"], None
+        """A secret file's object, always read: opened as a stream, then judged as any."""
         keys = secrets.keys if secrets is not None else None
         out = [PLAIN_SECRET] if keys is not None and not sealed_with(entry.extra) else []
-        if sealed_with(entry.extra) or sealed.is_sealed(data):
-            name = secrets.name(entry.path) if secrets is not None else entry.path
+        name = secrets.name(entry.path) if secrets is not None else entry.path
+        try:
+            with self.store.open(entry.location) as obj:
+                marked = bool(sealed_with(entry.extra))
+                plain = chunked.reader(obj.file, keys, name, marked=marked)
+                n, digest = stream(plain, None, None, src_name=entry.location)
+        except DurableError as exc:
+            return [f"cannot read: {exc}"], None
+        except sealed.SealError as exc:
             if keys is None:
                 self.notes.append(f"{entry.path}: sealed, not opened (no key is configured)")
-                return out, len(data)
-            try:
-                data = sealed.unseal(keys, data, name)
-            except sealed.SealError as exc:
-                return [*out, f"{entry.location}: {exc}"], len(data)
-        digest = xxhash.xxh3_64_intdigest(data)
-        return out + self._judged(entry, entry.location, len(data), st, digest), len(data)
+                return out, None
+            return [*out, f"{entry.location}: {exc}"], None
+        return out + self._judged(entry, entry.location, n, st, digest), n
 
     def _sqlite(self, entry: Entry) -> tuple[list[str], int | None]:
         """The same check as checkpoint and restore: ``unchecked`` is a note, not a problem."""
@@ -184,13 +189,14 @@ class EntryChecker:
             return [problem or ""], None
         try:
             n, h, verdict = sqlite.check_durable_copy(
-                self.store, entry.location, self.state_dir / "verify"
+                self.store, entry.location, self.state_dir / "verify", entry, self.secrets
             )
         except CheckFailed as exc:
             return [f"{where}: could not be checked: {exc}"], None
         except DurableError as exc:  # this object only, as an OSError was before
             return [f"cannot read: {exc}"], None
-        out = [f"{where}: fails quick_check ({verdict.detail})"] if verdict.corrupt else []
+        out = self._plain_in_all(entry)
+        out += [f"{where}: fails quick_check ({verdict.detail})"] if verdict.corrupt else []
         if verdict.state == UNCHECKED:
             self.notes.append(verdict.message(where))
         return out + self._judged(entry, where, n, st, h), n

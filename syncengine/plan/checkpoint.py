@@ -19,6 +19,7 @@ import attrs
 from syncengine.local.chainstate import MAX_SEGMENTS
 from syncengine.local.index import Index
 from syncengine.patterns import Matcher
+from syncengine.sqlite.files import is_listed
 from syncengine.walk.job import ScanResult, Seen
 
 
@@ -267,16 +268,20 @@ def _not_secret(paths: frozenset[str], seals: Callable[[str], bool] | None) -> f
     return paths if seals is None else frozenset(p for p in paths if not seals(p))
 
 
-def _sealing(reseal: set[str] | frozenset[str], index: Index) -> list[Upload]:
+def _sealing(reseal: set[str] | frozenset[str], index: Index) -> list[Upload | Snapshot]:
     """Secret files (docs/SECRETS.md; `seals` says which are sealed) are uploaded whole,
     never as a log's segments; `reseal` names unchanged ones whose published copy is
-    plain or sealed with an older key: they are uploaded again, sealed."""
-    uploads = []
+    plain or sealed with an older key: they are uploaded again (a database: snapshotted
+    again), sealed."""
+    out: list[Upload | Snapshot] = []
+    why = "published plain or with an older key, sealed"
     for path in sorted(reseal):
         rec = index.get(path)
-        why = "published plain or with an older key, sealed"
-        uploads.append(Upload(path, rec.size if rec else 0, why, hash_first=False))
-    return uploads
+        if rec is not None and rec.kind == "sqlite":
+            out.append(Snapshot(path, why, listed=is_listed(index.extras.get(path, {}))))
+        else:
+            out.append(Upload(path, rec.size if rec else 0, why, hash_first=False))
+    return out
 
 
 def _plan_dir(path: str, mode: int, index: Index) -> RecordDir | SkipDir:

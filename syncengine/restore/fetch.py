@@ -14,24 +14,24 @@ following a symlink, so nothing is written outside the live root.  A recorded
 directory is made there too (`make_dir`), owner-only at first, and given its
 recorded mode by descriptor (restore.py decides when).  A secret file's object
 (its entry is marked sealed, or it matches the adapter's ``secrets`` and is a
-sealed object) is read whole and opened with the adapter's keys first
-(`syncengine.crypt.sealed`): a missing or wrong key, or an object that fails
-authentication, fails that path alone, before anything is written.  With `new_only` (the
-background part of `run`'s restore, restore/later.py) a file is placed only
-where no file has appeared since the plan (`Staged.publish_absent`): a file
-the agent wrote meanwhile wins, and the outcome is `KeepLocal(WRITTEN)`.
+sealed object) is opened with the adapter's keys (`syncengine.crypt.chunked`,
+streamed chunk by chunk): a missing or wrong key fails that path alone before
+anything is written; a chunk that fails authentication fails it before
+anything is placed (the temp file is removed).  With `new_only`
+(the background part of `run`'s restore, restore/later.py) a file is placed
+only where no file has appeared since the plan (`Staged.publish_absent`): a
+file the agent wrote meanwhile wins, and the outcome is `KeepLocal(WRITTEN)`.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import stat
 
 import attrs
 
-from syncengine.crypt import sealed
+from syncengine.crypt import chunked, sealed
 from syncengine.crypt.secrets import Secrets, sealed_with
 from syncengine.durable import chain, chainread, recorded
 from syncengine.durable.manifest import Entry
@@ -90,7 +90,14 @@ def fetch_file(
         with durable.open(entry.location) as src:
             if sealed_with(entry.extra) or (secrets is not None and secrets.secret(entry.path)):
                 src = _unsealed(entry, src, secrets)
-            return _place(action, src, live, durable.where(entry.location), unrecorded, new_only)
+            try:
+                return _place(
+                    action, src, live, durable.where(entry.location), unrecorded, new_only
+                )
+            except sealed.SealError as exc:
+                raise SourceError(
+                    entry.path, "restore", f"{exc.why}; not restored: {exc.fix}"
+                ) from None
     except FileNotFoundError as exc:  # the durable object (`_place` raises no OSError)
         if action.walked:
             log.info(
@@ -110,15 +117,13 @@ def fetch_file(
 def _unsealed(entry: Entry, src: Opened, secrets: Secrets | None) -> Opened:
     """A secret file's object as its plaintext (a plain one as it is); raise SourceError
     naming the path and the fix when it cannot be opened."""
-    data = src.file.read()
-    if not sealed_with(entry.extra) and not sealed.is_sealed(data):
-        return Opened(src.info, io.BytesIO(data))
     name = secrets.name(entry.path) if secrets is not None else entry.path
+    keys = secrets.keys if secrets is not None else None
     try:
-        plain = sealed.unseal(secrets.keys if secrets is not None else None, data, name)
+        plain = chunked.reader(src.file, keys, name, marked=bool(sealed_with(entry.extra)))
     except sealed.SealError as exc:
         raise SourceError(entry.path, "restore", f"{exc.why}; not restored: {exc.fix}") from None
-    return Opened(src.info, io.BytesIO(plain))
+    return Opened(src.info, plain)
 
 
 def _place(

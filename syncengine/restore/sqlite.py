@@ -32,6 +32,8 @@ from pathlib import Path
 
 import attrs
 
+from syncengine.crypt import chunked
+from syncengine.crypt.secrets import Secrets
 from syncengine.durable import recorded
 from syncengine.durable.manifest import Entry
 from syncengine.durable.store import ObjectInfo, Store
@@ -224,7 +226,7 @@ def _fetch(
     records carries its own size, mtime and hash (the rule is recorded.judge).
     """
     legacy = bool(entry.extra.get("legacy"))
-    size, h, st = _copy(durable, entry.location, entry.path, tmp.write, legacy)
+    size, h, st = _copy(durable, entry, tmp.write, opts.secrets)
     if not legacy:
         entry = _judged(entry, size, st.mtime_ns, h, unrecorded)
     tmp.close(mode=entry.mode | 0o600)
@@ -235,7 +237,7 @@ def _fetch(
                 def sink(chunk: memoryview) -> None:
                     f.write(chunk)
 
-                _copy(durable, legacy_wal, entry.path, sink, legacy)
+                _copy(durable, attrs.evolve(entry, object=legacy_wal), sink, None)
             _recover(tmp_path, entry.path, opts.busy_timeout)
         verdict: Verdict | str = check(tmp_path, timeout=opts.busy_timeout)
     except CheckFailed as exc:
@@ -308,9 +310,10 @@ def _recover(path: str, relpath: str, timeout: float) -> None:
 
 
 def _copy(
-    durable: Store, location: str, path: str, write: Callable[[memoryview], None], legacy: bool
+    durable: Store, entry: Entry, write: Callable[[memoryview], None], secrets: Secrets | None
 ) -> tuple[int, int, ObjectInfo]:
-    """(bytes, xxh3, info before reading) of one durable object fed to `write`."""
+    """(bytes, xxh3, info before reading) of `entry`'s object fed to `write`, opened."""
+    location, path = entry.location, entry.path
     try:
         with durable.open(location) as src:
             if src.info.kind != "file":
@@ -318,15 +321,16 @@ def _copy(
                     path, "restore", f"durable object {location} is not a regular file"
                 )
             try:
-                n, h = stream(
-                    src.file, None, write, src_name=durable.where(location), dst_name=path
-                )
+                plain = chunked.of_entry(src.file, secrets, path, entry.extra)
+                n, h = stream(plain, None, write, src_name=durable.where(location), dst_name=path)
             except DurableError as exc:  # here the "durable" side of stream() is the live file
                 raise SourceError(path, "write", str(exc)) from exc
+            except chunked.SealError as exc:
+                raise SourceError(path, "restore", f"{exc.why}; not restored: {exc.fix}") from None
     except FileNotFoundError as exc:
         where = (
             "found in the durable tree (old raw layout) but gone when read"
-            if legacy
+            if entry.extra.get("legacy")
             else "listed in the manifest but missing on the durable side"
         )
         raise SourceError(path, "restore", f"{where} ({location})") from exc

@@ -37,6 +37,7 @@ class Options:
     staging: Path
     quarantine: Path
     busy_timeout: float = 2.0
+    secrets: Any = None  # the adapter's `crypt.secrets.Secrets`: a sealed snapshot's keys
 
 
 def starts_with_header(fd: int) -> bool:
