@@ -27,7 +27,8 @@ import pytest
 
 from syncengine.cli.args import build_parser
 from syncengine.config import GC_KEYS, TOP_KEYS, Config, GcConfig
-from syncengine.config.adapterspec import ADAPTER_KEYS, MIGRATE_ACTIONS
+from syncengine.config.adapterspec import ADAPTER_KEYS
+from syncengine.config.migratespec import MIGRATE_ACTIONS
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"

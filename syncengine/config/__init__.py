@@ -38,10 +38,10 @@ from syncengine.config import encryption, sections
 from syncengine.config import s3location as s3_location
 from syncengine.config.adapterspec import (
     AdapterSpec,
-    MigrateStep,
     check_overlaps,
 )
 from syncengine.config.layers import Layers, adapter_specs
+from syncengine.config.migratespec import MigrateStep
 from syncengine.config.numbers import check_number
 from syncengine.config.s3location import S3Location
 from syncengine.config.sections import (

@@ -24,8 +24,8 @@ from syncengine.config.adapterspec import (
     adapter_spec,
     bucket_paths,
     place,
-    plain_text,
 )
+from syncengine.config.migratespec import plain_text
 from syncengine.config.numbers import check_number
 from syncengine.config.s3location import S3Location
 from syncengine.errors import ConfigError

@@ -25,6 +25,7 @@ file the agent wrote meanwhile wins, and the outcome is `KeepLocal(WRITTEN)`.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import stat
