@@ -169,7 +169,7 @@ class BackgroundRestore:
         level = logging.ERROR if self.failed else logging.INFO
         log.log(
             level,
-            "restore.background-%s %s",
+            "restore.background state=%s %s",
             self.state,
             line,
             extra={"event": "restore.background"},
@@ -180,6 +180,6 @@ class BackgroundRestore:
             status_files.write_background(self.engine.config.state_dir, self.status())
         except OSError as exc:
             log.warning(
-                "restore.status-unwritable error=%s", exc, extra={"event": "restore.status"}
+                "restore.status unwritable, error=%s", exc, extra={"event": "restore.status"}
             )
         self.changed()
