@@ -1,4 +1,7 @@
-"""Frozen results returned by the engine: what a run did, per adapter and per path."""
+"""Frozen results returned by the engine: what a run did, per adapter and per path.
+
+Also `published`, the words every report line uses for what a checkpoint wrote.
+"""
 
 from __future__ import annotations
 
@@ -75,3 +78,14 @@ class Report:
     @property
     def bytes(self) -> int:
         return sum(a.bytes for a in self.adapters)
+
+    @property
+    def plain_copies(self) -> int:
+        return sum(a.plain_copies for a in self.adapters)
+
+
+def published(files: int, plain_copies: int, nbytes: int) -> str:
+    """What a checkpoint wrote: its files, the plain copies of logs (written whole at a
+    final checkpoint, segments.py: not counted as files), and the bytes of both."""
+    copies = f" and {plain_copies} plain log cop{'y' if plain_copies == 1 else 'ies'}"
+    return f"{files} file(s){copies if plain_copies else ''}, {nbytes} bytes"

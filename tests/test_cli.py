@@ -87,6 +87,11 @@ def test_a_commands_option_before_the_command_is_named(tree: Tree, cli: CliRunne
         "syncengine: error: --interval is an option of run only, not of syncengine "
         "itself: give it after the command (syncengine run --interval ...)"
     )
+    out = cli("checkpoint", "--interval", "5", check=2)  # after another command
+    assert out.stderr.splitlines()[-1] == (
+        "syncengine: error: --interval is an option of run only, not of checkpoint: "
+        "syncengine run --interval ..."
+    )
     out = cli("-q", "--jobs", "2", "--dry-run", "x", "checkpoint", check=2)
     assert "--dry-run is an option of checkpoint, restore, migrate," in out.stderr
     out = cli("--bogus", "x", "status", check=2)

@@ -135,6 +135,26 @@ def test_without_the_key_each_file_fails_in_one_line(tree: Tree, cli: CliRunner)
         assert not (tree.local / "codex-home" / path).exists()
 
 
+@pytest.mark.dir_only(reason="the command's line and exit status")
+def test_without_a_key_nothing_is_published_plain(tree: Tree, cli: CliRunner) -> None:
+    """Fails when ``encrypt = "all"`` without a key publishes every file plain (exit 0)."""
+    conf = tree.base / "syncengine.toml"
+    conf.write_text('adapters = ["codex"]\nencrypt = "all"\n')
+    _fill(tree)
+    env, started = tree.env(SYNCENGINE_CONFIG=str(conf)), tree.base / "started"
+    for args in (("checkpoint",), ("run", "--", "touch", str(started))):
+        out = cli(*args, env=env, check=2)
+        assert out.stderr.splitlines() == [
+            'syncengine: encrypt = "all" (codex) and no key is configured: nothing published; '
+            "set SYNCENGINE_KEY_FILE (or key_file) to a key file (`syncengine keygen > FILE`), "
+            "or SYNCENGINE_KEY to the key"
+        ], out.stderr
+    assert not started.exists() and objects_holding(tree.backing, PLAIN) == []
+    cli("restore", env=env, check=0)  # a restore, status and verify still work
+    cli("status", env=env, check=0)
+    cli("verify", env=env, check=0)
+
+
 def test_sealing_and_opening_100_mb_streams(tmp_path: Path) -> None:
     key = keys.parse(keys.generate())
     piece, total, path = os.urandom(1 << 20), 100, tmp_path / "big.sealed"

@@ -141,6 +141,24 @@ def test_run_says_what_it_restored_and_that_the_final_checkpoint_is_durable(
     assert cli("run", "-q", "--", "true", check=0).stderr == ""
 
 
+@pytest.mark.dir_only("what a final checkpoint prints")
+def test_a_final_checkpoint_counts_the_plain_copies_it_writes(tree: Tree, cli: CliRunner) -> None:
+    """Fails with "final checkpoint: published 0 file(s), 27 bytes" (the bytes of plain
+    copies of logs, counted nowhere else)."""
+    for i in range(3):
+        tree.write(f"{CODEX}/sessions/rollout-{i}.jsonl", f'{{"n": {i}}}\n')
+    cli("checkpoint", "codex", check=0)
+    for i in range(3):  # restored: each log's plain copy is behind its chain
+        (tree.local / CODEX / f"sessions/rollout-{i}.jsonl").unlink()
+    cli("restore", "codex", check=0)
+    out = cli("run", "--", "true", check=0)
+    assert "final checkpoint: published 0 file(s) and 3 plain log copies, 27 bytes;" in out.stderr
+    with open(tree.local / CODEX / "sessions/rollout-0.jsonl", "a") as log:
+        log.write('{"n": 9}\n')
+    out = cli("checkpoint", "--final", "codex", check=0)
+    assert out.stdout.startswith("codex: published 1 file(s) and 1 plain log copy, "), out
+
+
 @pytest.mark.dir_only("argument errors: nothing is run")
 @pytest.mark.parametrize(
     "args",

@@ -1,10 +1,13 @@
-"""An option given before the command that only a command takes: one line that says so.
+"""An option given where it does not belong (before the command, or after a command that
+does not take it): one line that says which command takes it.
 
 Owns `Parser`, the top-level parser's class.  argparse reads ``syncengine
 --interval 5 checkpoint`` as an unknown option followed by the command "5" and
 answers "invalid choice: '5'"; when parsing fails and an option before the
 command is not one of the global options, the error names that option and the
-commands that take it instead.  It changes no grammar: only the message of a
+commands that take it instead.  ``syncengine checkpoint --interval 5``
+(an option of another command) gets "unrecognized arguments: --interval"; the
+error names the commands that take it.  It changes no grammar: only the message of a
 command line argparse refuses anyway.
 """
 
@@ -26,7 +29,32 @@ class Parser(argparse.ArgumentParser):
         return super().parse_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        super().error(misplaced(self, self._argv) or message)
+        super().error(
+            misplaced(self, self._argv) or other_commands(self, self._argv, message) or message
+        )
+
+
+def other_commands(
+    parser: argparse.ArgumentParser, argv: Sequence[str], message: str
+) -> str | None:
+    """What is wrong with the first unrecognized option after the command, when another
+    command takes it (None: argparse's `message` says it as well)."""
+    lead = "unrecognized arguments: "
+    if not message.startswith(lead):
+        return None
+    options = [t.split("=", 1)[0] for t in message[len(lead) :].split() if t.startswith("-")]
+    commands = dict(_commands(parser))
+    command = next((t for t in argv if t in commands), None)
+    if not options or command is None:
+        return None
+    takers = [cmd for cmd, sub in commands.items() if options[0] in sub._option_string_actions]
+    if not takers or command in takers:
+        return None
+    only = " only" if len(takers) == 1 else ""
+    return (
+        f"{options[0]} is an option of {', '.join(takers)}{only}, not of {command}: "
+        f"syncengine {takers[0]} {options[0]} ..."
+    )
 
 
 def misplaced(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:

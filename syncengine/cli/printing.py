@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from syncengine.report import Report
+from syncengine.report import Report, published
 
 
 def report(report: Report, quiet: bool) -> None:
@@ -33,12 +33,10 @@ def report(report: Report, quiet: bool) -> None:
             extra = f", {a.kept_local} newer local kept" if report.operation == "restore" else ""
             if a.changed:
                 extra += f", {a.changed} changed while copied (taken again next pass)"
-            if a.plain_copies:
-                extra += f", {a.plain_copies} transcript(s) whole at their plain path"
             if a.dirs:
                 extra += f", {a.dirs} director{'y' if a.dirs == 1 else 'ies'}"
             print(
-                f"{a.name}: {verb} {a.files} file(s), {a.bytes} bytes, "
+                f"{a.name}: {verb} {published(a.files, a.plain_copies, a.bytes)}, "
                 f"{a.unchanged} unchanged{extra}"
             )
         for e in a.errors:

@@ -137,11 +137,15 @@ class Config:
         known = ", ".join(s.name for s in self.adapters) or "none"
         raise ConfigError(f"unknown adapter {name!r}: enabled adapters are {known}")
 
-    def select(self, names: Sequence[str] | None) -> tuple[AdapterSpec, ...]:
-        """The adapters named (all enabled ones when `names` is empty)."""
-        if not names:
-            return self.adapters
-        return tuple(self.adapter(n) for n in names)
+    def select(
+        self, names: Sequence[str] | None, *, publish: bool = False
+    ) -> tuple[AdapterSpec, ...]:
+        """The adapters named (all enabled ones when `names` is empty); `publish`: refuse
+        (`ConfigError`) when one of them is to be sealed whole and no key is configured."""
+        specs = tuple(self.adapter(n) for n in names) if names else self.adapters
+        if publish:
+            encryption.require_key(specs, self.keys)
+        return specs
 
 
 def builtin_adapter_dir() -> Path:

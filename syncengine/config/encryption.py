@@ -8,7 +8,9 @@ or unreadable key is a `ConfigError` before anything runs, and the message
 names the file and the line, never a key (the ``[secrets]`` table, patterns added
 to an adapter's own, is `layers.add_secrets`'s).  Read by
 `syncengine.config.config_from_dict` only.  `modes` resolves each adapter's
-``encrypt`` ("secrets", the default, or "all": every file sealed).
+``encrypt`` ("secrets", the default, or "all": every file sealed);
+`require_key` refuses to publish such an adapter without a key (a checkpoint
+and `run` ask, through `Config.select`; restore, status, verify, export don't).
 """
 
 from __future__ import annotations
@@ -39,6 +41,18 @@ def modes(layers: Layers, specs: tuple[AdapterSpec, ...]) -> tuple[AdapterSpec, 
             raise ConfigError(f'{where}: encrypt must be "secrets" or "all", not {mode!r}')
         out.append(attrs.evolve(spec, encrypt=mode))
     return tuple(out)
+
+
+def require_key(specs: tuple[AdapterSpec, ...], keys: object) -> None:
+    """Raise `ConfigError` when an adapter of `specs` asks for ``encrypt = "all"`` and
+    no key is configured (`keys` None): its whole tree would be published plain."""
+    unsealed = [s.name for s in specs if s.encrypt == "all"]
+    if keys is None and unsealed:
+        raise ConfigError(
+            f'encrypt = "all" ({", ".join(unsealed)}) and no key is configured: nothing '
+            "published; set SYNCENGINE_KEY_FILE (or key_file) to a key file "
+            "(`syncengine keygen > FILE`), or SYNCENGINE_KEY to the key"
+        )
 
 
 def keyring(layers: Layers) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from syncengine.config import Config
-from syncengine.report import Report
+from syncengine.report import Report, published
 
 
 def describe_failure(report: Report) -> str:
@@ -45,7 +45,7 @@ def describe_start(
 
 def describe_pass(report: Report) -> str:
     """One line: what a complete checkpoint published."""
-    return f"published {report.files} file(s), {report.bytes} bytes; all durable"
+    return f"published {published(report.files, report.plain_copies, report.bytes)}; all durable"
 
 
 def describe_background(status: dict[str, Any]) -> str:

@@ -109,6 +109,7 @@ class Runner:
         """
         if self._running:
             raise RuntimeError("runner already started")
+        self.engine.config.select(None, publish=True)  # ConfigError: nothing started
         self._serve_metrics()  # first: the lease wait and the restore's progress are seen
         try:
             report = self._restore()

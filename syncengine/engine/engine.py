@@ -191,7 +191,7 @@ class Engine:
         engine, even by a pass with nothing to publish (docs/IDLE.md)."""
         started = self.clock()
         t0 = time.monotonic()
-        specs = self.config.select(adapters)
+        specs = self.config.select(adapters, publish=True)
         self.check_local_root()
         self.durable.reach()
         lock = StateLock(
