@@ -145,7 +145,8 @@ def test_without_a_key_nothing_is_published_plain(tree: Tree, cli: CliRunner) ->
     for args in (("checkpoint",), ("run", "--", "touch", str(started))):
         out = cli(*args, env=env, check=2)
         assert out.stderr.splitlines() == [
-            'syncengine: encrypt = "all" (codex) and no key is configured: nothing published; '
+            f'syncengine: config {conf}: encrypt = "all" (codex) and no key is configured: '
+            "nothing published; "
             "set SYNCENGINE_KEY_FILE (or key_file) to a key file (`syncengine keygen > FILE`), "
             "or SYNCENGINE_KEY to the key"
         ], out.stderr

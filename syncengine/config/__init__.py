@@ -144,7 +144,7 @@ class Config:
         (`ConfigError`) when one of them is to be sealed whole and no key is configured."""
         specs = tuple(self.adapter(n) for n in names) if names else self.adapters
         if publish:
-            encryption.require_key(specs, self.keys)
+            encryption.require_key(specs, self.keys, self.sources.get("encrypt", "default"))
         return specs
 
 

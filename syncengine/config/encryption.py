@@ -43,13 +43,15 @@ def modes(layers: Layers, specs: tuple[AdapterSpec, ...]) -> tuple[AdapterSpec, 
     return tuple(out)
 
 
-def require_key(specs: tuple[AdapterSpec, ...], keys: object) -> None:
+def require_key(specs: tuple[AdapterSpec, ...], keys: object, source: str) -> None:
     """Raise `ConfigError` when an adapter of `specs` asks for ``encrypt = "all"`` and
-    no key is configured (`keys` None): its whole tree would be published plain."""
+    no key is configured (`keys` None): its whole tree would be published plain.
+    `source`: the top-level ``encrypt``'s layer ("default": an adapter's own)."""
     unsealed = [s.name for s in specs if s.encrypt == "all"]
     if keys is None and unsealed:
+        where = "[[adapter]] " if source == "default" else f"{source}: "
         raise ConfigError(
-            f'encrypt = "all" ({", ".join(unsealed)}) and no key is configured: nothing '
+            f'{where}encrypt = "all" ({", ".join(unsealed)}) and no key is configured: nothing '
             "published; set SYNCENGINE_KEY_FILE (or key_file) to a key file "
             "(`syncengine keygen > FILE`), or SYNCENGINE_KEY to the key"
         )
