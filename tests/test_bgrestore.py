@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from syncengine import Runner, config_from_dict
+from syncengine import Engine, Runner, config_from_dict
 from syncengine.durable import manifest
 from syncengine.errors import ConfigError
 from syncengine.local import pending
@@ -63,6 +63,19 @@ def _config(tree: Tree, **top: object) -> dict[str, str]:
 def _wipe(tree: Tree) -> None:
     shutil.rmtree(tree.local / "x")
     shutil.rmtree(tree.state)
+
+
+def _restarted(tree: Tree, engine: EngineFactory) -> Engine:
+    """A checkpoint of `_make`'s tree, both wiped, and `run`'s restore in process: the
+    first set back, the rest waiting in `passes.later` (no batch runs until the test's)."""
+    _make(tree)
+    eng = engine(RAW)
+    assert eng.checkpoint().ok
+    eng.close()
+    _wipe(tree)
+    eng = engine(RAW)
+    assert eng.restore(later=True).ok
+    return eng
 
 
 def _popen_run(tree: Tree, env: dict[str, str], *cmd: str) -> subprocess.Popen[str]:
@@ -112,13 +125,7 @@ def test_checkpoints_and_gc_during_the_background_part_lose_nothing(
 ) -> None:
     """A file the agent writes at a path still to come is kept; a checkpoint and gc in the
     middle keep every pending path in the manifest; the end state restores whole."""
-    _make(tree)
-    eng = engine(RAW)
-    assert eng.checkpoint().ok
-    eng.close()
-    _wipe(tree)
-    eng = engine(RAW)
-    assert eng.restore(later=True).ok
+    eng = _restarted(tree, engine)
     waiting = eng.passes.later["x"]
     assert [a.entry.path for a in waiting[:3]] == [
         "chats/c2.jsonl",
@@ -242,3 +249,56 @@ def test_the_restore_order_is_configurable(tree: Tree) -> None:
         config_from_dict({**RAW, "restore": "later"}, env=env)
     with pytest.raises(ConfigError, match="no such adapter"):
         config_from_dict({**RAW, "restore_order": {"y": {}}}, env=env)
+
+
+def _behind(tree: Tree, engine: EngineFactory, eng: Engine, cause: str) -> None:
+    """Leave `eng`'s index behind the durable manifest: an older copy of the state dir put
+    back after a checkpoint, or another instance (its own state dir) checkpointing."""
+    if cause == "older-state-dir":
+        index_file = tree.state / "index" / "x.idx"
+        older = index_file.read_bytes()
+        tree.write("x/new.txt", "new\n")
+        assert eng.checkpoint().ok
+        index_file.write_bytes(older)
+    else:
+        other = tree.base / "other"
+        (other / "x").mkdir(parents=True)
+        (other / "x/new.txt").write_text("new\n")
+        elsewhere = engine(RAW, AM_LOCAL=str(other))
+        assert elsewhere.checkpoint().ok
+        elsewhere.close()
+
+
+@pytest.mark.dir_only(reason="the index, not the durable kind, is the point")
+@pytest.mark.parametrize("cause", ["older-state-dir", "another-instance"])
+def test_an_index_rebuilt_mid_run_keeps_the_files_still_to_come(
+    tree: Tree, engine: EngineFactory, cause: str
+) -> None:
+    """The durable manifest turns out ahead of the index while the rest waits, and the
+    index is rebuilt from the manifest: it keeps the pending files, so no pass marks them
+    absent, and the background part still brings them back."""
+    eng = _restarted(tree, engine)
+    waiting = eng.passes.later["x"]  # held: no batch runs until after the rebuild
+    _behind(tree, engine, eng, cause)
+    tree.write("x/newer.txt", "newer\n")
+    for _ in range(eng.config.gc.absent_passes + 1):
+        assert eng.checkpoint().ok
+    eng.gc(apply=True)
+    assert {*OLD, *CHATS} <= set(manifest.load(tree.store("state/x")).entries)
+    spec = eng.config.adapter("x")
+    index = eng.adapters.state(spec).index
+    assert pending.paths(index) == {a.entry.path for a in waiting}
+    assert not any(index.get(a.entry.path).absent for a in waiting)  # type: ignore[union-attr]
+    for batch in restore_later.batches(waiting, files=10):
+        assert eng.passes.restore_batch(spec, batch).files == len(batch)
+    assert not pending.count(eng.adapters.state(spec).index)
+    assert eng.checkpoint(final=True).ok
+    eng.close()
+    fresh = tree.base / "fresh"
+    fresh.mkdir()
+    assert engine(RAW, AM_LOCAL=str(fresh)).restore().ok
+    for i, rel in enumerate(OLD):
+        assert (fresh / "x" / rel).read_text() == f"old {i}\n"
+    assert (fresh / "x/new.txt").read_text() == "new\n"
+    assert (fresh / "x/newer.txt").read_text() == "newer\n"
+    assert len(list((fresh / "x/chats").iterdir())) == len(CHATS)

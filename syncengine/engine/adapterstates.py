@@ -9,7 +9,9 @@ instance since the last check: `start_checks`, see `syncengine.local.seed`).
 `syncengine.engine.passes` runs the passes on top of it.  It is handed the
 engine's `Context`, the durable root's health check (`check_durable`) and the
 lease's fence for an index loaded now (`fence`); the root calls
-`forget_indexes` when the lease says another instance wrote last.
+`forget_indexes` when the lease says another instance wrote last.  An index
+dropped while a background restore runs hands its pending paths to the one
+that replaces it (`drop`, `syncengine.local.pending.carry`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from syncengine.durable.manifest import Fence
 from syncengine.durable.posix import probe
 from syncengine.engine.context import Context
 from syncengine.errors import DurableError
+from syncengine.local import pending, status
 from syncengine.local import seed as seeding
-from syncengine.local import status
 from syncengine.local.adapter import AdapterState
 from syncengine.local.index import Index, file_signature
 from syncengine.report import AdapterReport
@@ -45,13 +47,22 @@ class AdapterStates:
         self._restored_fresh: set[str] = set()  # indexes this engine's restore built whole
         self._checked: dict[str, str] = {}  # adapter -> mount instance checked (seed.due)
         self.sealed: set[str] = set()  # adapters whose secret files were all seen sealed
+        self._carry: dict[str, Index] = {}  # dropped indexes whose pending paths pass on
 
     def forget_indexes(self, keep: frozenset[str] = frozenset()) -> None:
         """Another instance held the lease since these indexes were saved: each adapter
         but `keep` starts again from the durable manifest (`syncengine.engine.rootlease`)."""
-        self.indexes = {name: ix for name, ix in self.indexes.items() if name in keep}
+        for name in [n for n in self.indexes if n not in keep]:
+            self.drop(name)
         self.unseeded &= keep
         self.sealed &= keep
+
+    def drop(self, name: str) -> None:
+        """Forget one adapter's loaded index (reloaded, or rebuilt from the manifest, next);
+        a background restore's pending paths pass to the next one (`_carry_pending`)."""
+        old = self.indexes.pop(name, None)
+        if old is not None and pending.count(old):
+            self._carry[name] = old
 
     def state(self, spec: AdapterSpec) -> AdapterState:
         """One adapter's live root, store and index (reloaded when another process saved it)."""
@@ -60,6 +71,7 @@ class AdapterStates:
         if index is not None and index.file_sig != file_signature(index_path):
             # Another process (a checkpoint typed by a person) saved it since: never
             # continue from a stale manifest sequence.
+            self.drop(spec.name)
             index = None
         if index is None:
             index = Index.load(index_path)
@@ -75,7 +87,7 @@ class AdapterStates:
             busy_timeout=self.config.sqlite_busy_timeout,
             secrets=secrets,
         )
-        return AdapterState(
+        state = AdapterState(
             name=spec.name,
             live=spec.live,
             store=self.ctx.stores(spec.durable),
@@ -89,6 +101,19 @@ class AdapterStates:
             fence=self.fence(spec.name),
             secrets=secrets,
         )
+        if spec.name in self._carry:
+            self._carry_pending(state)
+        return state
+
+    def _carry_pending(self, state: AdapterState) -> None:
+        """The files a background restore has still to bring back stay pending in the
+        index that replaces a dropped one: no pass marks them absent, and each batch still
+        finds its seeded entry.  A new index is rebuilt from the manifest first (this
+        reads the durable side, only while a background restore runs)."""
+        if state.name in self.unseeded:
+            seeding.from_manifest(state)
+            self.unseeded.discard(state.name)
+        pending.carry(self._carry.pop(state.name), state.index)
 
     def adapter_state(self, spec: AdapterSpec, *, seed: bool = True) -> AdapterState:
         """`state`, its index rebuilt from the manifest first if it is new (`seed`)."""

@@ -201,7 +201,7 @@ class Passes:
             exc,
             extra={"event": "checkpoint.manifest-behind"},
         )
-        self.adapters.indexes.pop(state.name, None)
+        self.adapters.drop(state.name)  # its pending paths pass to the rebuilt one
         return self.checkpoint(
             [self.config.adapter(state.name)], started, dry_run, final, {}, rebuilt=True
         )

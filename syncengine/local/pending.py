@@ -9,7 +9,8 @@ it; a checkpoint pass never marks a pending path absent and never plans a
 plain copy or a chain's end for it (`Passes._plan`): the file is not missing,
 only not back yet.  Because the set lives in the index, a checkpoint run by
 another process, or after a crash during the background part, keeps the
-same promise until a restore completes.
+same promise until a restore completes; an index rebuilt or reloaded in the
+meantime takes the set over from the one it replaces (`carry`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,28 @@ def settle(index: Index, done: Iterable[str]) -> None:
     if not found:
         del index.meta[KEY]
     index.changed = True
+
+
+def carry(old: Index, new: Index) -> None:
+    """`new` (an index rebuilt or reloaded while a background restore runs) takes over
+    `old`'s pending paths it lacks, each with `old`'s record: the seeded durable entry a
+    batch checks (`restore.later`), or what a pass recorded there since."""
+    found = old.meta.get(KEY)
+    have = new.meta.get(KEY) or set()
+    moved = [p for p in found or () if p not in have and p in old.records]
+    if not moved:
+        return
+    for path in moved:
+        raw = old.records[path]
+        new.forget(path)
+        new.records[path] = raw
+        new.absent += 1 if raw[-1] else 0
+        if path in old.links:
+            new.links[path] = old.links[path]
+        if path in old.extras:
+            new.extras[path] = old.extras[path]
+    new.meta[KEY] = set(have) | set(moved)
+    new.changed = True
 
 
 def without(pending: frozenset[str], found: Iterable[str]) -> list[str]:

@@ -74,9 +74,7 @@ def _rebuild(state: AdapterState, old: Index) -> None:
     restore's, still to come: local/pending.py)."""
     state.index = Index()
     from_manifest(state)
-    waiting = old.meta.get(pending.KEY)
-    if waiting:
-        state.index.meta[pending.KEY] = waiting
+    pending.carry(old, state.index)
 
 
 def from_manifest(state: AdapterState) -> None:
