@@ -288,6 +288,10 @@ class Bucket(mfusepy.Operations):  # type: ignore[misc]
                 return
             self._write_backing(h.path, h.buf, h.mode)
             h.dirty = False
+            for other in self.writers.values():  # older handles whose bytes landed before:
+                if other is not h and other.path == h.path and not other.dirty:
+                    other.dropped = True  # not the path's size or bytes any more (their
+                    # release may come after this one's under load; getattr must not see them)
         self.count("commit")
 
     def _write_backing(
