@@ -24,7 +24,7 @@ class Parser(argparse.ArgumentParser):
 
     _argv: Sequence[str] = ()
 
-    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override, unused-ignore]
         self._argv = list(sys.argv[1:] if args is None else args)
         return super().parse_args(args, namespace)
 

@@ -165,7 +165,7 @@ def newest_count(value: Any, origin: str, name: str) -> int:
             f"{origin}: adapter {name!r}: restore_newest_count must be a whole number "
             f">= 0, not {value!r}"
         )
-    return value
+    return int(value)
 
 
 def adapter_name(table: Mapping[str, Any]) -> str:

@@ -117,7 +117,7 @@ def decode_index(pack_id: str, data: bytes) -> Pack:
 def _whole(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{value!r} is not a size")
-    return value
+    return int(value)
 
 
 def _record(row: Any) -> Record:
