@@ -4,7 +4,8 @@ Codex: the session list (thread ids, names, goals) through ``codex app-server``
 (JSON-RPC on stdio: ``thread/name/set``, ``thread/goal/set``, ``thread/list``,
 ``thread/goal/get``), the same data its pickers show.  opencode: each per-project
 snapshot repository under ``snapshot/`` is a git repository (``git rev-parse``),
-or opencode's undo/diff tracking is silently gone.
+or opencode's undo/diff tracking is silently gone.  A fake login's token: in no
+file of the durable root (sealed with the lab's key), back byte for byte after restore.
 """
 
 from __future__ import annotations
@@ -142,3 +143,23 @@ def _git_dir(repo: Path) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
+
+
+def token_hits(lab: Lab, token: str) -> list[str]:
+    """Every file under the durable root whose bytes hold `token` (a secret in the clear)."""
+    needle = token.encode()
+    return [
+        f"the durable root holds the login token {token} in the clear: {p.relative_to(lab.durable)}"
+        for p in sorted(lab.durable.rglob("*"))
+        if p.is_file() and not p.is_symlink() and needle in p.read_bytes()
+    ]
+
+
+def login_restored(lab: Lab, life: Life, rel: str, written: bytes) -> list[str]:
+    """The fake login's credential file is back in `life` byte for byte."""
+    path = lab.profile.live_dir(life.where) / rel
+    if not path.is_file():
+        return [f"life {life.n}: the credential file {rel} did not come back"]
+    if path.read_bytes() != written:
+        return [f"life {life.n}: the credential file {rel} came back with other bytes"]
+    return []

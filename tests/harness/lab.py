@@ -10,6 +10,10 @@ proxy setting of the machine leaks in); proxy variables and npm's registry
 point at the fake server, so a harness that tries another host reaches
 127.0.0.1 and is refused there.
 
+The syncengine commands carry a key (``SYNCENGINE_KEY_FILE``, a file made with
+``syncengine keygen`` outside the durable root), so the secret files a fake
+login writes (`fake_login`, profiles.LOGINS) are sealed in the durable root.
+
 What each command printed is kept in `transcript`, which a failing test prints
 with the model server's request log.
 """
@@ -29,7 +33,7 @@ import attrs
 from tests.harness import proctree
 from tests.harness.fakemodel import FakeModel, Request, new_token
 from tests.harness.install import Installed
-from tests.harness.profiles import Profile, Where
+from tests.harness.profiles import LOGINS, Profile, Where
 
 TURN_TIMEOUT = 300.0  # one harness turn (OpenClaw takes ~20-60 s on a loaded 2-core box)
 SYNCENGINE_TIMEOUT = 180.0
@@ -140,6 +144,7 @@ class Lab:
             "AM_LOCAL": str(w.local),
             "DATA_DIR": str(self.durable),
             "SYNCENGINE_CONFIG": str(self._syncengine_toml()),
+            "SYNCENGINE_KEY_FILE": str(self._key_file()),
             proctree.MARKER: self.marker,
             # Anything that tries another host comes here and is refused (escapes()).
             "HTTP_PROXY": url,
@@ -163,6 +168,26 @@ class Lab:
         if not path.exists():
             path.write_text(SYNCENGINE_TOML)
         return path
+
+    def _key_file(self) -> Path:
+        path = self.base / "syncengine.key"  # outside the durable root, like a secret mount
+        if not path.exists():
+            with open(path, "x", opener=lambda p, f: os.open(p, f, 0o600)) as out:
+                argv = [sys.executable, "-m", "syncengine", "keygen"]
+                subprocess.run(argv, stdout=out, check=True, timeout=SYNCENGINE_TIMEOUT)
+        return path
+
+    def fake_login(self, life: Life) -> tuple[str, str, bytes]:
+        """Write the harness's credential file (profiles.LOGINS) with a new token:
+        its path in the live tree, the token and the bytes written."""
+        rel, text = LOGINS[self.profile.name]
+        token = new_token("LOGIN-")
+        path = self.profile.live_dir(life.where) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text(token))
+        path.chmod(0o600)
+        self.note(f"--- fake login: {rel} holds {token}")
+        return rel, token, path.read_bytes()
 
     def note(self, text: str) -> None:
         self.transcript.append(text)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -229,6 +230,29 @@ security:
     def turn(self, prompt: str, resume: bool) -> list[str]:
         return ["chat", "-Q", *(["--continue"] if resume else []), "-q", prompt]
 
+
+def _json(data: object) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+# harness -> (a secrets path relative to the live tree, the file's text for a token)
+LOGINS: dict[str, tuple[str, Callable[[str], str]]] = {
+    "codex": (  # MCP OAuth store without a keyring; no MCP server is configured
+        ".credentials.json",
+        lambda t: _json({"fake|0": {"server_name": "fake", "access_token": t}}),
+    ),
+    "claude": (  # no claudeAiOauth: ANTHROPIC_API_KEY stays the login
+        ".credentials.json",
+        lambda t: _json({"syncengineHarnessSuite": {"token": t}}),
+    ),
+    "gemini": (
+        "mcp-oauth-tokens.json",
+        lambda t: _json([{"serverName": "fake", "token": {"accessToken": t}}]),
+    ),
+    "opencode": ("mcp-auth.json", lambda t: _json({"fake": {"tokens": {"accessToken": t}}})),
+    "openclaw": ("credentials/syncengine-harness-suite.json", lambda t: _json({"token": t})),
+    "hermes": (".env", lambda t: f"SYNCENGINE_HARNESS_SUITE_TOKEN={t}\n"),
+}
 
 PROFILES: dict[str, Profile] = {
     p.name: p

@@ -6,7 +6,9 @@ whose request must carry the first two turns' prompts and replies; the same
 across two lives of ``syncengine run``; and after a SIGKILL of every process
 while a turn is in flight.  The first scenario also takes an inventory of what
 the harness wrote (inventory.py) and checks harness-specific state: Codex's
-thread names and goals, opencode's snapshot repositories.
+thread names and goals, opencode's snapshot repositories; and a fake login (a
+credential file at one of the adapter's secret paths) whose token must be in no
+file of the durable root and comes back byte for byte.
 
 Each test gathers every problem it finds and fails once, listing them all, with
 the commands' output and the model server's request log.
@@ -65,6 +67,7 @@ def _fail_on(lab: Lab, problems: list[str]) -> None:
 
 def test_checkpoint_restart_restore_resume(lab: Lab, problems: list[str]) -> None:
     one = lab.new_life()
+    login, token, written = lab.fake_login(one)
     t1 = lab.turn(one, 1, resume=False)
     _turned(lab, t1, "turn 1")
     # Turn 2 is held in flight while a checkpoint runs: runtime files of a live
@@ -82,10 +85,12 @@ def test_checkpoint_restart_restore_resume(lab: Lab, problems: list[str]) -> Non
     decisions = inventory.explain(lab, one)
     before = inventory.snapshot(one, lab)
     problems += inventory.recorded(decisions, inventory.manifest(lab, one), before)
+    problems += checks.token_hits(lab, token)
 
     two = lab.new_life()
     _ok(lab, problems, ("restore",), 2)
     problems += inventory.restored(decisions, before, inventory.snapshot(two, lab))
+    problems += checks.login_restored(lab, two, login, written)
     if lab.profile.name == "opencode":
         problems += checks.opencode_repos(lab, two)
     if lab.profile.name == "codex":
