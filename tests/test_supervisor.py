@@ -164,6 +164,29 @@ def test_child_killed_by_signal_exits_128_plus_signum(tree: Tree) -> None:
     assert rc == 128 + signal.SIGINT, "\n".join(err)
 
 
+def test_a_signal_that_lands_while_the_child_starts_still_reaches_it() -> None:
+    """The child can print "ready" before `Popen` returns in `run`: a signal sent then
+    finds no child to forward to (CI saw the child killed after the stop timeout).  The
+    wait loop must forward it once the child is known."""
+    from types import SimpleNamespace
+
+    from syncengine.daemon.supervisor import Supervisor
+
+    runner = SimpleNamespace(on_lease_lost=None, on_background_end=None)
+    sup = Supervisor(runner, [])  # type: ignore[arg-type]
+    old = sup._install()
+    try:
+        sup._on_signal(signal.SIGINT, None)  # recorded: no child yet
+        sup.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        sup._wait_child(time.monotonic() + 30)
+        if sup.status is None:
+            sup.child.kill()
+            sup.child.wait()
+    finally:
+        sup._uninstall(old)
+    assert sup.status == -signal.SIGINT
+
+
 def test_child_exit_status_and_final_checkpoint(tree: Tree) -> None:
     child = """\
     import os

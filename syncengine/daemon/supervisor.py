@@ -71,6 +71,8 @@ class Supervisor:
         self.signals: list[int] = []
         self.final_ok: bool | None = None  # the last checkpoint after COMMAND stopped
         self._reported = 0
+        self._forwarded = 0  # how many of `signals` the child has been sent
+        self._forwarding = False
         self._wake_r = self._wake_w = -1
         runner.on_lease_lost = self._lease_lost
         runner.on_background_end = self._background_end
@@ -86,12 +88,29 @@ class Supervisor:
     # -- signal handling (handlers only record and forward) ------------------
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals.append(signum)
+        self._forward()
+
+    def _forward(self) -> None:
+        """Send the child every recorded signal it has not been sent yet.  A signal that
+        arrives while `Popen` is starting the child finds no child yet (the child may
+        already be running and printing); the wait loop forwards it once the child is
+        known.  The handler runs between two bytecodes of this very method, so a nested
+        call leaves the work to the outer one, and the wait loop catches what lands
+        after the outer loop's last check."""
         child = self.child
-        if child is not None and self.status is None:
-            try:
-                os.kill(child.pid, signum)
-            except ProcessLookupError:
-                pass
+        if child is None or self.status is not None or self._forwarding:
+            return
+        self._forwarding = True
+        try:
+            while self._forwarded < len(self.signals):
+                signum = self.signals[self._forwarded]
+                self._forwarded += 1
+                try:
+                    os.kill(child.pid, signum)
+                except ProcessLookupError:
+                    pass
+        finally:
+            self._forwarding = False
 
     def _install(self) -> dict[int, object]:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -149,6 +168,7 @@ class Supervisor:
     def _wait_child(self, deadline: float | None, *, until_signal: bool = False) -> None:
         while True:
             self._reap()
+            self._forward()
             self._log_signals()
             if self.status is not None or (until_signal and self.signals):
                 return
