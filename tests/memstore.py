@@ -107,7 +107,7 @@ class MemoryStore(AtomicPutStore):
             self.bucket.objects[self._full(key)] = obj
             self.bucket.puts += 1
 
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool, mode: int = 0o644) -> None:
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool, mode: int = 0o644) -> bool:
         self._writing()
         with self.bucket.lock:  # If-None-Match: *, atomically
             if if_absent and self._full(key) in self.bucket.objects:
@@ -117,6 +117,7 @@ class MemoryStore(AtomicPutStore):
                 )
             self.bucket.objects[self._full(key)] = _Object(data, time.time_ns(), mode & 0o7777)
             self.bucket.puts += 1
+        return if_absent
 
     def delete(self, key: str) -> bool:
         self._writing()

@@ -778,3 +778,40 @@ def test_a_listing_that_goes_back_waits_and_takes_above_what_it_saw(
     holder.acquire()
     assert holder.generation == 7
     assert 2.0 <= sum(sleeps) < 10.0, sleeps  # waited for the vanished holder, then took
+
+
+def _take_first_lease(tree: Tree) -> list[float]:
+    """Acquire the lease of a fresh root; the sleeps the holder asked for."""
+    from syncengine.local.leaseholder import LeaseHolder
+
+    store = tree.store("")
+    sleeps: list[float] = []
+    holder = LeaseHolder(
+        lambda: store,
+        tree.state,
+        str(tree.data),
+        lease_seconds=60.0,
+        lease_wait=60.0,
+        sleep=sleeps.append,
+    )
+    holder.acquire()
+    assert holder.generation == 1
+    return sleeps
+
+
+def test_a_root_that_refuses_replaces_is_taken_without_a_wait(tree: Tree) -> None:
+    """S3's If-None-Match and a mount's RENAME_NOREPLACE refuse a second taker's
+    replace: reading the new generation back later proves nothing more, and that wait
+    was twice the first write (the mount's probe included) on every start."""
+    assert _take_first_lease(tree) == []
+
+
+@pytest.mark.dir_only(reason="a filesystem without RENAME_NOREPLACE, as some mounts are")
+def test_a_root_that_cannot_refuse_a_replace_reads_the_lease_back_after_a_wait(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from syncengine.fs import savefile
+
+    monkeypatch.setattr(savefile, "_rename_noreplace", lambda *args: False)
+    sleeps = _take_first_lease(tree)
+    assert len(sleeps) == 1 and sleeps[0] >= 0.02, sleeps

@@ -152,21 +152,31 @@ def read(store: Store, attempts: int = 20) -> Found:
 
 def create(store: Store, record: LeaseRecord) -> bool:
     """Create `record`'s object if its name is free; False: another process has it."""
+    return _create(store, record) is not None
+
+
+def _create(store: Store, record: LeaseRecord) -> bool | None:
+    """None: another process has the name; else whether the store refused any replace."""
     try:
-        store.put_bytes(record.name, record.encode(), if_absent=True, mode=0o644)
+        return store.put_bytes(record.name, record.encode(), if_absent=True, mode=0o644)
     except (NameTaken, SharedRoot):
-        return False
-    return True
+        return None
 
 
 def create_and_keep(store: Store, record: LeaseRecord, sleep: Callable[[float], None]) -> bool:
-    """`create`, then read the new generation back after twice the time the create took.
-    A mount that cannot refuse a replace (no ``RENAME_NOREPLACE``; the store then only
-    reads back at once) may let a second taker, who decided before our object existed,
-    replace it a moment later; that replace lands within the time a create takes."""
+    """`create`; where the store could not refuse a replace itself (a mount without
+    ``RENAME_NOREPLACE``: it only read back at once), read the new generation back again
+    after twice the time the create took: a second taker, who decided before our object
+    existed, may replace it a moment later, within the time a create takes.  A store
+    that refuses replaces (S3, a mount with ``RENAME_NOREPLACE``) needs no wait, which
+    would otherwise hold up every start by twice the first write's cost (the mount's
+    probe included: a second on the emulator's latency)."""
     t0 = time.monotonic()
-    if not create(store, record):
+    guarded = _create(store, record)
+    if guarded is None:
         return False
+    if guarded:
+        return True
     sleep(max(0.02, 2 * (time.monotonic() - t0)))
     try:
         return store.read_bytes(record.name) == record.encode()

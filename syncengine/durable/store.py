@@ -146,7 +146,12 @@ class Store(Protocol):
         sync: bool = False,
     ) -> AbstractContextManager[ObjectWriter]: ...
 
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool, mode: int = 0o644) -> None: ...
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool, mode: int = 0o644) -> bool:
+        """With `if_absent`: True when the store itself refused any replace (S3's
+        If-None-Match, ``RENAME_NOREPLACE``, an exclusive create), False when only a read
+        back right after the write checked it (then a replace landing a moment later is
+        possible: `lease.create_and_keep` reads once more).  False without `if_absent`."""
+        ...
 
     def delete(self, key: str) -> bool: ...
 

@@ -235,10 +235,9 @@ class PosixStore(PosixReader):
         self._last_write = time.monotonic()  # a mount may queue the upload under the new name
         return None
 
-    def put_bytes(self, relpath: str, data: bytes, *, if_absent: bool, mode: int = 0o644) -> None:
+    def put_bytes(self, relpath: str, data: bytes, *, if_absent: bool, mode: int = 0o644) -> bool:
         """Publish `data` as one closed object at `relpath`; with `if_absent`, a name used
-        once (manifests).
-
+        once (manifests, the lease), and True when the rename refused any replace itself.
         An object already there is never replaced.  Found by the lookup first:
         `NameTaken` (this writer is behind the durable side).  Appearing after
         that lookup: `SharedRoot`, another process writes to this root; the
@@ -249,7 +248,7 @@ class PosixStore(PosixReader):
         if not if_absent:
             with self.writer(relpath, mode=mode) as w:
                 w.write(data)
-            return
+            return False
         if self.head(relpath) is not None:
             raise NameTaken(
                 f"write {self.root / relpath}: an object of that name already "
@@ -271,6 +270,7 @@ class PosixStore(PosixReader):
             raise self._shared(relpath) from exc
         if not guarded and self._read_back(relpath) != data:
             raise self._shared(relpath)
+        return guarded
 
     def _publish_new(self, tmp: savefile.Staged, relpath: str) -> bool:
         """`publish` that never replaces: True when the filesystem guaranteed it."""

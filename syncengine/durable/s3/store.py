@@ -192,9 +192,10 @@ class S3Store(AtomicPutStore):
             "replaced, and the next pass continues after the other writer's manifest"
         )
 
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool, mode: int = 0o644) -> None:
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool, mode: int = 0o644) -> bool:
         self._writing()
         self._put(key, data, _metadata(mode, time.time_ns()), create=if_absent)
+        return if_absent  # If-None-Match: the server refuses a replace
 
     def delete(self, key: str) -> bool:
         """Remove one object (gc only): a HEAD, then a DELETE.  False: it was gone."""
