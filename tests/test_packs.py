@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from syncengine import Engine, config_from_dict
+from syncengine import Engine, Runner, config_from_dict
 from syncengine.crypt import keys
 from syncengine.durable import packs
 from syncengine.durable.store import Store
@@ -85,6 +85,29 @@ def test_gc_packs_small_files_and_a_restore_reads_them_in_a_few_requests(tree: T
     assert files(tree.local / "x") == want
     if count is not None:  # a plain restore makes one GET per file (N + 1 here)
         used = _requests(tree) - count  # type: ignore[operator]
+        assert used <= N // 3, f"{used} requests for {N + 1} files"
+
+
+@pytest.mark.memory
+def test_runs_background_restore_reads_packed_files_in_a_few_requests(tree: Tree) -> None:
+    """`run` brings most files back after COMMAND starts: a packed root must stay a few
+    requests there too (each batch read every file plain before)."""
+    clock = Clock()
+    _populate(tree)
+    assert _engine(tree, clock).checkpoint().ok
+    assert _engine(tree, clock).gc(apply=True).ok
+    want = files(tree.local / "x")
+    shutil.rmtree(tree.local / "x")
+    shutil.rmtree(tree.state)  # a fresh container
+    count = _requests(tree)
+    raw = {**RAW, "adapter": [{**RAW["adapter"][0], "restore_first": ["/big.bin"]}]}  # type: ignore[index]
+    eng = Engine(config_from_dict(raw, env=tree.env()), clock=clock, stores=tree.stores)
+    with Runner(eng, watch=False) as runner:
+        assert runner.background is not None and runner.background.wait(60)
+        assert runner.background.status()["state"] == "done", runner.background.status()
+        used = None if count is None else _requests(tree) - count  # type: ignore[operator]
+    assert files(tree.local / "x") == want
+    if used is not None:  # plain: one GET per file (N + 1 here)
         assert used <= N // 3, f"{used} requests for {N + 1} files"
 
 

@@ -1,7 +1,8 @@
 """The background part of `run`'s restore: the files left after COMMAND started.
 
 Owns the thread that brings them back (issue 27 part 1): batch by batch,
-newest first (`syncengine.restore.later`), each batch under the state lock and
+newest first, the files a pack serves last (`syncengine.restore.later`: a full
+restore of a packed root stays a few requests), each batch under the state lock and
 the runner's `PassLock`, so a checkpoint pass runs between two batches, never
 during one, and never sees a half-placed batch (each file is renamed into
 place whole; the ones not back yet are pending in the index, and a pass keeps
@@ -141,13 +142,19 @@ class BackgroundRestore:
         from syncengine.restore import later  # loaded with the restore side
 
         spec = self.engine.config.adapter(name)
+        # which files the packs serve, asked once (a listing and the packs' indexes, read
+        # beside the passes): those come last, pack by pack, each batch its own spans
+        actions, served = later.arrange(self.engine.stores(spec.durable), actions)
         batches = list(later.batches(actions))
         for i, batch in enumerate(batches):
             stop = self._stop.is_set()  # then only the index is saved
             with self.lock.batch(), StateLock(self.engine.config.state_dir, wait=True):
                 try:
                     rep = self.engine.passes.restore_batch(
-                        spec, [] if stop else batch, save=stop or i == len(batches) - 1
+                        spec,
+                        [] if stop else batch,
+                        save=stop or i == len(batches) - 1,
+                        served=served,
                     )
                 except OSError as exc:
                     raise self.engine.os_error("restore", exc) from exc

@@ -372,14 +372,13 @@ class Passes:
         idle = nothing and not (rep.files or rep.dirs or rep.links or rep.errors)
         return _with(rep, errors=rep.errors + lost, duration_s=time.monotonic() - t0, absent=idle)
 
-    def restore_batch(
-        self, spec: AdapterSpec, batch: list[Fetch], *, save: bool = True
-    ) -> AdapterReport:
-        """One batch of a background restore (caller holds the lock); `save`: the index."""
+    def restore_batch(self, spec: AdapterSpec, batch: list[Fetch], **how: Any) -> AdapterReport:
+        """One batch of a background restore (caller holds the lock): `later.run_batch`,
+        `how` its `save` (the index) and `served` (its packed files)."""
         from syncengine.restore import later
 
         try:
-            return later.run_batch(self.adapters.state(spec), batch, self.copy_jobs(), save=save)
+            return later.run_batch(self.adapters.state(spec), batch, self.copy_jobs(), **how)
         except DurableError as exc:
             return AdapterReport(spec.name, fatal=str(exc))
 

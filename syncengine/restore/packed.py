@@ -2,7 +2,9 @@
 
 Owns `reader`, which a restore asks once for the files it is about to fetch:
 it lists the packs (`syncengine.durable.packs`), keeps each file whose newest
-matching record serves it, and groups those records into *spans*, one ranged
+matching record serves it (`serving`; `run`'s background restore asks that once
+for all its files and hands each batch its share, so a batch lists nothing),
+and groups those records into *spans*, one ranged
 read each: adjacent records coalesce, records at most `MERGE_GAP` apart merge
 (reading the dead bytes between costs less than a request), and a span stops
 growing at `SPAN_MAX` bytes, which bounds the memory one span holds.  The
@@ -40,6 +42,7 @@ MERGE_GAP = 1 << 20  # records at most this far apart share one read
 SPAN_MAX = 16 << 20  # a span (one read, held in memory) grows no larger
 
 PackedFetch = Callable[[Entry], bytes | None]
+Served = dict[str, tuple[packs.Pack, packs.Record]]  # path -> the pack and record serving it
 
 
 @attrs.define(eq=False)
@@ -85,24 +88,36 @@ class _Span:
         self.data = data
 
 
-def reader(store: Store, entries: Sequence[Entry]) -> PackedFetch | None:
-    """The packed reads for these entries (the files a restore fetches), or None: none
-    are packed, or too few to look (`LIST_MIN`)."""
+def serving(store: Store, entries: Sequence[Entry]) -> Served:
+    """Which of these entries a pack serves (one listing and the packs' index reads);
+    none when they are too few to look (`LIST_MIN`) or the packs cannot be listed."""
     small = [e for e in entries if e.kind == "file" and e.hash is not None]
     if len(small) < LIST_MIN:
-        return None
+        return {}
     try:
-        serving = packs.load(store).serving(small)
+        return packs.load(store).serving(small)
     except DurableError as exc:
         log.warning(
             "restore.packs-unlisted %s; every file is read plain",
             exc,
             extra={"event": "restore.packs-unlisted"},
         )
+        return {}
+
+
+def reader(
+    store: Store, entries: Sequence[Entry], served: Served | None = None
+) -> PackedFetch | None:
+    """The packed reads for these entries (the files a restore fetches), or None: none
+    are packed, or too few to look (`LIST_MIN`).  `served`: what `serving` found for a
+    larger set these entries come from (nothing is listed again)."""
+    if served is None:
+        served = serving(store, entries)
+    else:
+        served = {e.path: served[e.path] for e in entries if e.path in served}
+    if not served:
         return None
-    if not serving:
-        return None
-    where = _spans(serving.values())
+    where = _spans(served.values())
 
     def fetch(entry: Entry) -> bytes | None:
         found = where.get(entry.path)

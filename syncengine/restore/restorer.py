@@ -182,9 +182,11 @@ def run(
     progress: Reporter = SILENT,
     new_only: bool = False,
     save: bool = True,
+    served: packed.Served | None = None,
 ) -> AdapterReport:
     """Carry out a restore plan for one adapter; `new_only`: a background batch (later.py,
-    which says what it means); `save`: the index too (a batch leaves it to the last one)."""
+    which says what it means); `save`: the index too (a batch leaves it to the last one);
+    `served`: a batch's packed files (`packed.serving`, asked once for all batches)."""
     errors: list[PathError] = []
     restored: list[Done] = []
     counts: Counter[str] = Counter()  # kept, unchanged, links, skipped, newer, dbs, db_bytes
@@ -198,9 +200,13 @@ def run(
     unrecorded = recorded.unrecorded_possible(
         state.staging_marker, lambda: index.meta, int(index.meta.get("manifest_seq", 0))
     )
-    # A background batch reads plain objects: listing the packs and spanning whole packs
-    # for files scattered by age would cost each batch more than it saves.
-    packs = None if new_only else packed.reader(state.store, [a.entry for a in fetches])
+    # A background batch lists no packs: `served` is what `later.arrange` found once for
+    # the whole background part (which puts the packed files last, in pack order).
+    entries = [a.entry for a in fetches]
+    if new_only:
+        packs = packed.reader(state.store, entries, served) if served else None
+    else:
+        packs = packed.reader(state.store, entries)
     meter = progress.start(
         "restore", state.name, len(fetches), sum(a.entry.size or 0 for a in fetches)
     )
