@@ -30,6 +30,8 @@ per adapter when the manifest has an unreadable object or an invalid entry
 (what it names is unknown, so nothing may look unreferenced), or the live
 tree is missing or holds fewer than ``min_present_ratio`` of the manifest's
 paths (a bad mount or a partial restore must never look like mass deletion).
+A path `run`'s background restore has still to bring back (pending in the index)
+is not missing: it is neither counted against that ratio nor waited on.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from syncengine.durable import manifest
 from syncengine.durable.store import MANIFEST_DIR, OBJECTS_DIR, STAGING_DIR
 from syncengine.errors import DurableError, LockBusy
 from syncengine.fs.savefile import TEMP_SUFFIX
+from syncengine.local import pending
 from syncengine.local.index import ABSENT_SINCE
 from syncengine.local.lock import StateLock
 from syncengine.local.status import restore_refusal
@@ -145,8 +148,11 @@ def gather(state: AdapterState) -> Facts:
     for path, _mode, passes in state.index.dir_items():
         if passes:
             absent[path] = (passes, since.get(path))
+    coming = pending.paths(state.index)  # `run`'s background restore brings them back
     missing = frozenset(
-        p for p, e in mstate.entries.items() if not _exists_locally(state, p, e.kind)
+        p
+        for p, e in mstate.entries.items()
+        if p not in coming and not _exists_locally(state, p, e.kind)
     )
     staging = []
     for name in store.names(STAGING_DIR):
