@@ -1,16 +1,24 @@
 """Time from ``syncengine run`` to COMMAND's start on an empty local root (issue 27 part 1).
 
-``python benchmarks/start_bench.py [--files 20000] [--reps 2] [--s3] [--modes
-background,all-first] [--out benchmarks/RESULTS.md]`` generates a Claude Code-like
+``python benchmarks/start_bench.py [--files 20000] [--reps 2] [--s3 | --emulator]
+[--modes background,all-first] [--start-only] [--out benchmarks/RESULTS.md]``
+generates a Claude Code-like
 tree (settings and credentials at the top, one transcript per ten files under
 ``projects/``, the rest small ``file-history/`` files, mtimes spread over a year),
 checkpoints it once (to a directory root, or with ``--s3`` to moto's S3 server on
-127.0.0.1, the one the tests use), then per repetition and mode empties the local
-root and the state dir and times ``syncengine run --restore MODE -- COMMAND``:
+127.0.0.1, the one the tests use; with ``--emulator`` to a directory that then
+becomes the backing store of the bucket emulator, tests/fusebucket.py, mounted with
+mount_bench.py's latency: 2 ms a metadata operation, 50 ms a listing, 30 ms a
+commit), then per repetition and mode empties the local root and the state dir and
+times ``syncengine run --restore MODE -- COMMAND``:
 
 - *COMMAND start*: from launching ``run`` to COMMAND's first line (``date``);
 - *tree whole*: until the oldest file (the background restores it last) exists;
 - *run exit*: until ``run`` exits (COMMAND exits once the tree is whole).
+
+With ``--start-only`` COMMAND exits as soon as it starts (no *tree whole*): `run`
+stops the background restore after its batch and takes the final checkpoint, so a
+100,000-file tree on a slow root is timed to COMMAND without waiting for every file.
 
 It also reads ``run``'s ``--log-json -v`` lines to split the start-up: until the
 lease is taken (interpreter, imports, configuration, probe, lease), until the
@@ -23,6 +31,7 @@ writes nothing outside a temp directory but the table to ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -33,11 +42,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.s3server import CREDENTIALS, S3Server  # noqa: E402
+
+if TYPE_CHECKING:
+    from tests.bucket_mount import BucketMount
 
 YEAR_NS = 365 * 86400 * 10**9
 OLDEST = "file-history/d000/f000000.txt"
@@ -77,12 +90,14 @@ def config(work: Path, durable: str) -> Path:
     return path
 
 
-def one_run(work: Path, cfg: Path, mode: str) -> dict[str, float]:
+def one_run(work: Path, cfg: Path, mode: str, start_only: bool = False) -> dict[str, float]:
     """Empty the local side, run, and time it (see the module doc)."""
     shutil.rmtree(work / "local/agent-state", ignore_errors=True)
     shutil.rmtree(work / "state", ignore_errors=True)
     oldest = work / "local/agent-state/claude" / OLDEST
     script = f'date +%s.%N; while [ ! -e "{oldest}" ]; do sleep 0.02; done; date +%s.%N'
+    if start_only:
+        script = "date +%s.%N"
     argv = [sys.executable, "-m", "syncengine", "--config", str(cfg), "--log-json", "-v"]
     t0 = time.time()
     proc = subprocess.run(
@@ -94,7 +109,8 @@ def one_run(work: Path, cfg: Path, mode: str) -> dict[str, float]:
     end = time.time()
     if proc.returncode != 0:
         raise SystemExit(f"run failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    started, whole = (float(x) for x in proc.stdout.split())
+    stamps = [float(x) for x in proc.stdout.split()]
+    started, whole = stamps[0], stamps[-1]
     events = {}
     for line in proc.stderr.splitlines():
         try:
@@ -102,7 +118,9 @@ def one_run(work: Path, cfg: Path, mode: str) -> dict[str, float]:
         except ValueError:
             continue
         events.setdefault(rec.get("event"), rec.get("ts"))
-    out = {"command": started - t0, "whole": whole - t0, "exit": end - t0}
+    out = {"command": started - t0, "exit": end - t0}
+    if not start_only:
+        out["whole"] = whole - t0
     for name, event in (("lease", "lease.acquired"), ("restore", "restore.start")):
         at = _seconds(events.get(event))
         if at is not None:
@@ -131,6 +149,8 @@ def table(rows: dict[str, list[dict[str, float]]], args: argparse.Namespace, roo
         f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})\n\n"
         f"`python benchmarks/start_bench.py --files {args.files} --reps {args.reps}"
         + (" --s3" if args.s3 else "")
+        + (" --emulator" if args.emulator else "")
+        + (" --start-only" if args.start_only else "")
         + f" --modes {args.modes}`; medians of {args.reps}, seconds from launching `run`:\n\n"
         "| mode | COMMAND starts | lease taken | restore starts | tree whole | run exits |\n"
         "|---|---|---|---|---|---|\n"
@@ -147,14 +167,29 @@ def table(rows: dict[str, list[dict[str, float]]], args: argparse.Namespace, roo
     return head + "\n".join(lines) + "\n"
 
 
+def emulator(work: Path) -> BucketMount:
+    """The bucket emulator over the seeded directory root, with mount_bench.py's latency."""
+    from tests.bucket_mount import BucketMount
+
+    latency = {"latency_meta_ms": 2.0, "latency_list_ms": 50.0, "latency_commit_ms": 30.0}
+    return BucketMount(work / "data", work / "mnt", **latency)  # type: ignore[arg-type]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=20000)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--s3", action="store_true", help="moto's S3 server, not a directory")
+    parser.add_argument(
+        "--emulator", action="store_true", help="the bucket emulator with latency, not a directory"
+    )
+    parser.add_argument(
+        "--start-only", action="store_true", help="COMMAND exits at once: no tree-whole time"
+    )
     parser.add_argument("--modes", default="background,all-first")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    rows: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="startbench-") as tmp:
         work = Path(tmp)
         generate(work / "local/agent-state/claude", args.files)
@@ -178,11 +213,15 @@ def main(argv: list[str] | None = None) -> int:
                 check=True,
             )
             print(f"checkpoint of {args.files} files: {time.monotonic() - t0:.1f}s", flush=True)
-            rows: dict[str, list[dict[str, float]]] = {m: [] for m in args.modes.split(",")}
-            for _rep in range(args.reps):
-                for mode in rows:
-                    rows[mode].append(one_run(work, cfg, mode))
-                    print(mode, rows[mode][-1], flush=True)
+            with contextlib.ExitStack() as stack:
+                if args.emulator:  # the seeded directory becomes the bucket
+                    cfg = config(work, str(stack.enter_context(emulator(work)).mountpoint))
+                    root = "the bucket emulator (latency as mount_bench.py)"
+                rows = {m: [] for m in args.modes.split(",")}
+                for _rep in range(args.reps):
+                    for mode in rows:
+                        rows[mode].append(one_run(work, cfg, mode, args.start_only))
+                        print(mode, rows[mode][-1], flush=True)
         finally:
             if server is not None:
                 server.stop()
