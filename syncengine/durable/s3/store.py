@@ -121,13 +121,14 @@ class S3Store(AtomicPutStore):
         return failures.durable(operation, self.location, key, exc)
 
     def exists(self) -> bool:
-        """Whether any object is under the prefix (one LIST; a missing bucket raises)."""
+        """Whether any object is under the prefix (one LIST with a delimiter: the top
+        level's names, not a page of 1,000 keys, which took moto 0.12 s at 10,000
+        objects against 0.01 s; a missing bucket raises)."""
         try:
-            for chunk in obstore.list(self.client, None, chunk_size=1):
-                return bool(chunk)
-            return False
+            listed = obstore.list_with_delimiter(self.client, None)
         except Exception as exc:
             raise self.fail("list", "", exc) from exc
+        return bool(listed["objects"] or listed["common_prefixes"])
 
     # -- writing ---------------------------------------------------------
     @contextmanager
