@@ -11,7 +11,11 @@ times, side by side on that server:
 - ``32-thread GETs``: boto3 GETs of every file object from 32 threads, nothing
   written (the server's own cost of one request per file: the issue's baseline);
 - ``gc --apply``: the packing itself, once;
-- ``packed restore``: ``syncengine restore`` into an empty root after gc packed.
+- ``packed restore``: ``syncengine restore`` into an empty root after gc packed;
+- ``packed run, background``: ``syncengine run`` into an empty root and state dir,
+  the adapter declaring a restore order (so COMMAND starts first and the tree comes
+  back in the background); COMMAND waits until ``daemon.json`` says the background
+  restore is done, so the row is the time to the whole tree through `run`.
 
 With ``--emulator`` the durable root is the bucket emulator's mount
 (tests/fusebucket.py) with mount_bench.py's latency (2 ms a metadata operation,
@@ -53,15 +57,30 @@ def make_tree(live: Path, files: int, seed: int = 7) -> None:
         os.utime(path, ns=(old, old))
 
 
-def config(work: Path, name: str, root: str) -> Path:
+def config(work: Path, name: str, root: str, order: str = "") -> Path:
     path = work / f"{name}.toml"
     path.write_text(
         f"local_root = {json.dumps(str(work / name / 'live'))}\n"
         f"durable_root = {json.dumps(root)}\n"
         f"state_dir = {json.dumps(str(work / name / 'state'))}\n"
-        'adapters = []\n\n[[adapter]]\nname = "tree"\nlive = "."\ndurable = "tree"\n'
+        'adapters = []\n\n[[adapter]]\nname = "tree"\nlive = "."\ndurable = "tree"\n' + order
     )
     return path
+
+
+# COMMAND of the background row: wait for the runner's status file to say "done"
+WAIT_DONE = """
+import json, pathlib, sys, time
+path = pathlib.Path(sys.argv[1])
+while True:
+    try:
+        state = (json.loads(path.read_text()).get("restore_background") or {}).get("state")
+    except (OSError, ValueError):
+        state = None
+    if state in ("done", "failed", "stopped"):
+        sys.exit(state != "done")
+    time.sleep(0.05)
+"""
 
 
 class Bench:
@@ -90,6 +109,16 @@ class Bench:
         self.timed(name, lambda: self.cli(conf, "restore"))
         restored = self.work / f"{name.replace(' ', '-')}-{rep}" / "live"
         same(live, restored)
+
+    def background(self, name: str, live: Path, rep: int) -> None:
+        """`run` with the background restore, until COMMAND sees it done."""
+        here = f"{name.replace(' ', '-').replace(',', '')}-{rep}"
+        order = 'restore_first = ["/none"]\nrestore_newest = ["**"]\nrestore_newest_count = 20\n'
+        conf = config(self.work, here, self.root, order)
+        status = self.work / here / "state" / "daemon.json"
+        waiter = [sys.executable, "-c", WAIT_DONE, str(status)]
+        self.timed(name, lambda: self.cli(conf, "run", "--restore", "background", "--", *waiter))
+        same(live, self.work / here / "live")
 
 
 def same(live: Path, restored: Path) -> None:
@@ -177,6 +206,8 @@ def runs(bench: Bench, live: Path, gets: Callable[[], None], reps: int) -> None:
     bench.timed("gc --apply (packing)", lambda: bench.cli(source, "gc", "--apply"))
     for rep in range(reps):
         bench.restore("packed restore", live, rep)
+    for rep in range(reps):
+        bench.background("packed run, background", live, rep)
 
 
 def moto(work: Path, live: Path, args: argparse.Namespace) -> Bench:

@@ -228,9 +228,11 @@ def test_the_runner_restores_in_the_background_with_metrics(
     assert eng.checkpoint().ok
     eng.close()
     _wipe(tree)
-    with Runner(engine(RAW), watch=False, metrics_address="127.0.0.1:0") as runner:
+    with Runner(engine(RAW), metrics_address="127.0.0.1:0") as runner:
         assert runner.background is not None
+        assert runner.mode == "scanning"  # inotify waits: each file placed is an event
         runner.background.wait()
+        assert runner.checkpoint_now().ok and runner.mode == "events"
         status = runner.status()["restore_background"]
         assert runner.metrics is not None
         text = runner.metrics.render()

@@ -248,3 +248,22 @@ def test_nested_directories_created_quickly_raise_no_library_warning(
     hints = watcher.take()
     assert watcher.mode == "events" and watcher.last_error is None
     assert hints["x"] is not None and files <= hints["x"]
+
+
+def test_start_after_walks_every_pass_until_ready_then_watches(
+    tree: Tree, watcher: Watcher
+) -> None:
+    """`run`'s background restore defers inotify (`Watcher.start_after`): nothing is
+    watched meanwhile, so every pass walks; once ready, the watcher starts and its
+    first pass walks once more, then events flow."""
+    ready = [False]
+    watcher.start_after(lambda: ready[0])
+    (tree.local / "x/during.txt").write_text("written during the restore\n")
+    for _ in range(2):
+        assert watcher.take() == {"x": None} and watcher.mode == "scanning"
+    ready[0] = True
+    assert watcher.take() == {"x": None} and watcher.mode == "events"
+    assert watcher.take() == {"x": set()}
+    (tree.local / "x/after.txt").write_text("after\n")
+    until(lambda: watcher.pending()["x"] == 1)
+    assert watcher.take() == {"x": {"after.txt"}}

@@ -93,6 +93,10 @@ class BackgroundRestore:
     def failed(self) -> bool:
         return self.state == "failed"
 
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
     def start(self) -> None:
         self._thread = threading.Thread(
             target=self._run, name="syncengine-background-restore", daemon=True

@@ -119,13 +119,15 @@ class Runner:
         except BaseException:
             self._stop_metrics()
             raise
-        if self.watcher is not None:
+        later = self.engine.passes.later if self.restore_mode == "background" else {}
+        if self.watcher is not None and any(later.values()):  # see `Watcher.start_after`
+            self.watcher.start_after(lambda: not (self.background and self.background.running))
+        elif self.watcher is not None:
             self.watcher.start()
         self._stop.clear()
         self._running = True
         self._thread = threading.Thread(target=self._loop, name="syncengine-runner", daemon=True)
         self._thread.start()
-        later = self.engine.passes.later if self.restore_mode == "background" else {}
         if any(later.values()):
             self.background = BackgroundRestore(
                 self.engine,

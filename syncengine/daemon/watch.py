@@ -162,6 +162,7 @@ class Watcher:
         self.last_error: str | None = None
         self.overflows = 0
         self._closed = False
+        self._after: Callable[[], bool] | None = None  # `start_after`
 
     # -- called from watchdog threads ------------------------------------
     def add(self, name: str, rel: str) -> None:
@@ -210,6 +211,13 @@ class Watcher:
         self._watch_new()
         return self._observer is not None
 
+    def start_after(self, ready: Callable[[], bool]) -> None:
+        """Start at the first `take` that finds `ready()` true; until then every pass walks.
+        `run`'s background restore: each file it places would be an event for the
+        watchdog threads, competing with it for the GIL (20,000 files: 11.5 s with the
+        watcher, 6.0 s without)."""
+        self._after = ready
+
     def _give_up(self, reason: str) -> None:
         self.last_error = reason
         log.warning(
@@ -244,6 +252,11 @@ class Watcher:
         now = self.clock()
         if self._closed:
             return dict.fromkeys(self.roots)
+        if self._after is not None:
+            if not self._after():
+                return dict.fromkeys(self.roots)
+            self._after = None
+            self.start()  # its first pass walks
         if self._observer is None and now >= self._next_retry and self._next_retry:
             self.start()
         if self._observer is not None:
