@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,7 @@ from syncengine.config import load_config
 from syncengine.durable import lease, leasing, manifest
 from syncengine.durable.lease import Found, Holder, LeaseRecord
 from syncengine.durable.store import Store
+from syncengine.local.leaseholder import LeaseHolder
 from tests.conftest import Tree
 from tests.helpers import files
 
@@ -742,8 +744,6 @@ def test_a_listing_that_goes_back_waits_and_takes_above_what_it_saw(
     take a generation at or below one it listed (nor spin on the take it refuses, which
     it did at 100% CPU forever); it waits like for an unknown holder, `lease_seconds` at
     most, sleeping between looks, then takes the generation above the one it saw."""
-    from syncengine.local.leaseholder import LeaseHolder
-
     store = tree.store("")
     other = LeaseRecord(6, 0, Holder("other", "h", 1, 0), expires=time.time() + 3600)
     assert lease.create(store, other)
@@ -766,34 +766,21 @@ def test_a_listing_that_goes_back_waits_and_takes_above_what_it_saw(
         assert len(sleeps) < 200, "the holder spins"
         now[0] += seconds
 
-    holder = LeaseHolder(
-        lambda: store,
-        tree.state,
-        str(tree.data),
-        lease_seconds=2.0,
-        lease_wait=60.0,
-        clock=lambda: now[0],
-        sleep=sleep,
-    )
+    holder = _holder(tree, store, lease_seconds=2.0, clock=lambda: now[0], sleep=sleep)
     holder.acquire()
     assert holder.generation == 7
     assert 2.0 <= sum(sleeps) < 10.0, sleeps  # waited for the vanished holder, then took
 
 
+def _holder(tree: Tree, store: Store, **how: Any) -> LeaseHolder:
+    """A lease holder of `tree`'s state dir on `store` (waits up to a minute)."""
+    return LeaseHolder(lambda: store, tree.state, str(tree.data), lease_wait=60.0, **how)
+
+
 def _take_first_lease(tree: Tree) -> list[float]:
     """Acquire the lease of a fresh root; the sleeps the holder asked for."""
-    from syncengine.local.leaseholder import LeaseHolder
-
-    store = tree.store("")
     sleeps: list[float] = []
-    holder = LeaseHolder(
-        lambda: store,
-        tree.state,
-        str(tree.data),
-        lease_seconds=60.0,
-        lease_wait=60.0,
-        sleep=sleeps.append,
-    )
+    holder = _holder(tree, tree.store(""), lease_seconds=60.0, sleep=sleeps.append)
     holder.acquire()
     assert holder.generation == 1
     return sleeps
