@@ -329,7 +329,9 @@ class Passes:
             state = self.adapters.state(spec)
             fresh = spec.name in self.adapters.unseeded
             self.adapters.unseeded.discard(spec.name)  # restore reads the manifest itself
-            nothing = not state.store.exists()  # local databases are still checked
+            entries, problems, source = restorer.durable_entries(state.store, state.index)
+            # a manifest or a listed object: a checkpoint, known without one more LIST
+            nothing = source != "manifest" and not entries and not state.store.exists()
             if nothing:
                 log.info(
                     "restore.nothing adapter=%s durable=%s (no checkpoint yet)",
@@ -337,7 +339,6 @@ class Passes:
                     state.store.describe(),
                     extra={"event": "restore.nothing"},
                 )
-            entries, problems, source = restorer.durable_entries(state.store, state.index)
             for problem in problems:
                 log.error("manifest.problem %s", problem, extra={"event": "manifest.problem"})
             actions = restorer.plan(state, entries, source)
