@@ -55,6 +55,7 @@ were measured on; `tree.backing` is the mount.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -376,37 +377,41 @@ def tree(tmp_path: Path, durable_kind: str, request: pytest.FixtureRequest) -> I
 CliRunner = Callable[..., subprocess.CompletedProcess[str]]
 
 
+def run_cli(
+    tree: Tree,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    check: int | None = None,
+    timeout: float = 120,
+    python: tuple[str, ...] = ("-m", "syncengine"),
+) -> subprocess.CompletedProcess[str]:
+    """Run ``syncengine ARGS...`` (``python ... ARGS``) as a child process against `tree`;
+    `check`: the exit status it must have."""
+    if tree.memory is not None:
+        raise pytest.UsageError(
+            "a child process cannot reach the test's store factory: "
+            "a test marked memory uses `engine`, not `cli`"
+        )
+    proc = subprocess.run(
+        [sys.executable, *python, *args],
+        capture_output=True,
+        text=True,
+        env=dict(env) if env is not None else tree.env(),
+        timeout=timeout,
+        cwd=tree.base,
+    )
+    if check is not None:
+        assert proc.returncode == check, (
+            f"{args}: exit {proc.returncode}, wanted {check}\nstdout:\n{proc.stdout}\n"
+            f"stderr:\n{proc.stderr}"
+        )
+    return proc
+
+
 @pytest.fixture
 def cli(tree: Tree) -> CliRunner:
-    """Run ``syncengine ARGS...`` as a child process against `tree`."""
-
-    def run(
-        *args: str,
-        env: Mapping[str, str] | None = None,
-        check: int | None = None,
-        timeout: float = 120,
-    ) -> subprocess.CompletedProcess[str]:
-        if tree.memory is not None:
-            raise pytest.UsageError(
-                "a child process cannot reach the test's store factory: "
-                "a test marked memory uses `engine`, not `cli`"
-            )
-        proc = subprocess.run(
-            [sys.executable, "-m", "syncengine", *args],
-            capture_output=True,
-            text=True,
-            env=dict(env) if env is not None else tree.env(),
-            timeout=timeout,
-            cwd=tree.base,
-        )
-        if check is not None:
-            assert proc.returncode == check, (
-                f"exit {proc.returncode}, wanted {check}\nstdout:\n{proc.stdout}\n"
-                f"stderr:\n{proc.stderr}"
-            )
-        return proc
-
-    return run
+    """Run ``syncengine ARGS...`` as a child process against `tree` (`run_cli`)."""
+    return functools.partial(run_cli, tree)
 
 
 EngineFactory = Callable[..., Engine]

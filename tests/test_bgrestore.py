@@ -65,6 +65,16 @@ def _wipe(tree: Tree) -> None:
     shutil.rmtree(tree.state)
 
 
+def _checkpointed(tree: Tree, cli: CliRunner, **top: object) -> dict[str, str]:
+    """`_make`'s tree checkpointed by the CLI, then the local tree and state dir wiped
+    (a fresh container); the environment with the config file (`_config`)."""
+    _make(tree)
+    env = _config(tree, **top)
+    cli("checkpoint", env=env, check=0)
+    _wipe(tree)
+    return env
+
+
 def _restarted(tree: Tree, engine: EngineFactory) -> Engine:
     """A checkpoint of `_make`'s tree, both wiped, and `run`'s restore in process: the
     first set back, the rest waiting in `passes.later` (no batch runs until the test's)."""
@@ -91,10 +101,7 @@ def _popen_run(tree: Tree, env: dict[str, str], *cmd: str) -> subprocess.Popen[s
 
 @pytest.mark.dir_only(reason="the read gate holds a durable object read on a local disk")
 def test_command_starts_before_the_rest_is_restored(tree: Tree, cli: CliRunner) -> None:
-    _make(tree)
-    env = _config(tree)
-    cli("checkpoint", env=env, check=0)
-    _wipe(tree)
+    env = _checkpointed(tree, cli)
     live = tree.local / "x"
     verdict = (
         f"test -f {live}/settings.json && test -f {live}/config/deep/rules.md "
@@ -189,10 +196,7 @@ def test_a_kept_state_dir_does_not_hide_the_files_still_to_come(
 
 @pytest.mark.dir_only(reason="removes a durable object behind the manifest's back")
 def test_a_background_failure_is_reported(tree: Tree, cli: CliRunner) -> None:
-    _make(tree)
-    env = _config(tree)
-    cli("checkpoint", env=env, check=0)
-    _wipe(tree)
+    env = _checkpointed(tree, cli)
     os.unlink(tree.data / "state/x" / OLD[7])
     done = cli("run", "--", "true", env=env)
     assert done.returncode == 1, done.stderr
@@ -208,10 +212,7 @@ def test_a_background_failure_is_reported(tree: Tree, cli: CliRunner) -> None:
 
 @pytest.mark.dir_only(reason="the order is the same on every durable kind")
 def test_all_first_restores_the_whole_tree_before_command(tree: Tree, cli: CliRunner) -> None:
-    _make(tree)
-    env = _config(tree, restore="all-first")
-    cli("checkpoint", env=env, check=0)
-    _wipe(tree)
+    env = _checkpointed(tree, cli, restore="all-first")
     whole = f"test -f {tree.local}/x/{OLD[0]} && echo whole"
     done = cli("run", "--", "sh", "-c", whole, env=env, check=0)
     assert done.stdout == "whole\n" and "background" not in done.stderr

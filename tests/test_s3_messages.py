@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import Tree
+from tests.conftest import Tree, run_cli
 from tests.s3server import S3Server
 
 NONE_YET = "claude, gemini, hermes, openclaw, opencode"  # every built-in adapter but codex
@@ -98,17 +98,7 @@ def test_durable_flag_names_a_tree_in_the_bucket(tmp_path: Path, s3_server: S3Se
     tree.write("codex-home/a.json", "a")
 
     def run(*args: str, code: int) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "syncengine", *args],
-            capture_output=True,
-            text=True,
-            env=tree.env(),
-            cwd=tree.base,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == code, f"{args}: {done.stdout}{done.stderr}"
-        return done
+        return run_cli(tree, *args, check=code)
 
     run("--durable", "codex=state/elsewhere", "checkpoint", "codex", code=0)
     assert (tree.durable / "state/elsewhere/a.json").read_text() == "a"

@@ -7,13 +7,11 @@ The command runs as a child process; what it read comes from its own ``/proc/sel
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from syncengine.fs import sparse
-from tests.conftest import Tree
+from tests.conftest import Tree, run_cli
 
 SIZE = 128 << 20
 DATA = 8 << 10
@@ -26,16 +24,7 @@ _MEASURED = (
 
 
 def _rchar(tree: Tree, *args: str) -> int:
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURED, *args],
-        capture_output=True,
-        text=True,
-        env=tree.env(),
-        cwd=tree.base,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_cli(tree, *args, check=0, python=("-c", _MEASURED))
     fields = dict(line.split(": ") for line in done.stderr.splitlines() if ": " in line)
     return int(fields["rchar"])
 
