@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from syncengine.config import AdapterSpec
-from syncengine.crypt.secrets import of_adapters
+from syncengine.crypt.secrets import Secrets, of_adapters
 from syncengine.durable.manifest import Fence
 from syncengine.durable.posix import probe
 from syncengine.engine.context import Context
@@ -48,6 +48,8 @@ class AdapterStates:
         self._checked: dict[str, str] = {}  # adapter -> mount instance checked (seed.due)
         self.sealed: set[str] = set()  # adapters whose secret files were all seen sealed
         self._carry: dict[str, Index] = {}  # dropped indexes whose pending paths pass on
+        # secrets by (adapter, patterns, encrypt): compiled once, a state is made every pass
+        self._secrets: dict[tuple[str, tuple[str, ...], str], Secrets] = {}
 
     def forget_indexes(self, keep: frozenset[str] = frozenset()) -> None:
         """Another instance held the lease since these indexes were saved: each adapter
@@ -80,7 +82,7 @@ class AdapterStates:
                 self.unseeded.add(spec.name)
             self.indexes[spec.name] = index
         state_dir, keys = self.config.state_dir, self.config.keys
-        secrets = of_adapters([spec], keys)[spec.name] if spec.secrets or keys else None
+        secrets = self._secrets_of(spec) if spec.secrets or keys else None
         options = files.Options(
             staging=state_dir / "sqlite-staging",
             quarantine=state_dir / "sqlite-quarantine",
@@ -104,6 +106,12 @@ class AdapterStates:
         if spec.name in self._carry:
             self._carry_pending(state)
         return state
+
+    def _secrets_of(self, spec: AdapterSpec) -> Secrets:
+        key = (spec.name, spec.secrets, spec.encrypt)
+        if key not in self._secrets:
+            self._secrets[key] = of_adapters([spec], self.config.keys)[spec.name]
+        return self._secrets[key]
 
     def _carry_pending(self, state: AdapterState) -> None:
         """The files a background restore has still to bring back stay pending in the
